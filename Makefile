@@ -1,0 +1,49 @@
+# Cairn: the two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit test-integration bench lint schemas check-schemas setup clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet --config-settings editable_mode=strict -e '.[dev,docker,gpu]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/cairn demo
+
+test: $(STAMP)
+	$(PY) tools/check_schemas.py
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit tests/replay
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration
+
+bench: $(STAMP)
+	$(PY) tools/bench.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check libs services tools tests examples
+	$(VENV)/bin/ruff format --check libs services tools tests examples
+	$(VENV)/bin/mypy -p cairn
+
+schemas: $(STAMP)
+	$(PY) tools/export_schemas.py
+
+check-schemas: $(STAMP)
+	$(PY) tools/check_schemas.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .cairn
+
+# Strict editable installs link files at install time: re-run after adding a module.
+relink:
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=strict -e .
