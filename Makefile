@@ -46,4 +46,4 @@ clean:
 
 # Strict editable installs link files at install time: re-run after adding a module.
 relink:
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=strict -e .
+	flock /tmp/cairn-relink.lock $(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=strict -e .
