@@ -1,0 +1,13 @@
+"""Cairn's bus: the only package that imports `nats`.
+
+Publish (with `Nats-Msg-Id` = event id and W3C trace context), durable pull consumers with
+bounded redelivery and dead letters, replay from a sequence or a time, KV and object stores.
+"""
+
+from cairn.bus._connection import MSG_ID, Bus
+from cairn.bus._consume import Delivery, Handler, Subscription
+from cairn.bus._replay import Replayed, replay
+from cairn.bus._stores import KV, Objects, kv, objects
+
+__all__ = ["KV", "MSG_ID", "Bus", "Delivery", "Handler", "Objects", "Replayed", "Subscription",
+           "kv", "objects", "replay"]

@@ -1,0 +1,244 @@
+"""The Bus: one NATS connection with JetStream, and everything Cairn does with it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from functools import partial
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, NoRespondersError, NoServersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
+
+from cairn import subjects, telemetry
+from cairn.bus._streams import ensure_stream
+from cairn.errors import CairnError, Timeout, Unavailable
+from cairn.events import Event, encode
+from cairn.subjects import StreamSpec
+
+log = logging.getLogger("cairn.bus")
+
+MSG_ID = "Nats-Msg-Id"
+_RETRYABLE = (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnavailableError,
+              ConnectionClosedError, asyncio.TimeoutError, OSError)
+
+
+class Bus:
+    """A connection to the federation's NATS server (the only holder of a `nats` client)."""
+
+    def __init__(self, nc: Client, *, name: str = "cairn") -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=5.0)
+        self.name = name
+        self._ensured: set[str] = set()
+
+    # -- connecting ---------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, url: str | list[str], *, name: str = "cairn",
+                      tls: ssl.SSLContext | None = None, creds: str | None = None,
+                      connect_timeout: float = 2.0, retry_for: float = 0.0,
+                      on_event: Callable[[str], None] | None = None) -> Bus:
+        """Connect, retrying with backoff for up to `retry_for` seconds.
+
+        Once connected, the client reconnects by itself forever: a restarted server is
+        picked up without the caller doing anything.
+        """
+        servers = [url] if isinstance(url, str) else list(url)
+        deadline = time.monotonic() + retry_for
+        delay = 0.05
+
+        async def note(kind: str) -> None:
+            log.info("nats %s", kind)
+            if on_event is not None:
+                on_event(kind)
+
+        async def disconnected() -> None:
+            await note("disconnected")
+
+        async def reconnected() -> None:
+            await note("reconnected")
+
+        async def error(exc: Exception) -> None:
+            log.debug("nats error: %s", exc)
+
+        while True:
+            try:
+                nc = await nats.connect(
+                    servers, name=name, tls=tls, user_credentials=creds,
+                    connect_timeout=int(max(1, connect_timeout)), allow_reconnect=True,
+                    max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                    disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
+                    pending_size=64 * 1024 * 1024,
+                )
+                return cls(nc, name=name)
+            except (NoServersError, OSError, NatsTimeout, asyncio.TimeoutError) as exc:
+                if time.monotonic() >= deadline:
+                    raise Unavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from None
+                log.info("waiting for NATS at %s (%s)", ", ".join(servers), exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def close(self) -> None:
+        """Flush what is buffered and close (acks included)."""
+        if self.nc.is_closed:
+            return
+        try:
+            await self.nc.flush(timeout=2)
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        await self.nc.close()
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
+    # -- streams and buckets ------------------------------------------------------------
+
+    async def ensure(self, *specs: StreamSpec) -> None:
+        """Make sure each stream exists with Cairn's configuration (cached per process)."""
+        for spec in specs:
+            if spec.name in self._ensured:
+                continue
+            await self._retry(partial(ensure_stream, self.js, spec), what=f"stream {spec.name}")
+            self._ensured.add(spec.name)
+
+    async def ensure_federation(self) -> None:
+        await self.ensure(*subjects.GLOBAL_STREAMS)
+
+    async def ensure_study(self, study: str) -> None:
+        await self.ensure(subjects.study_stream(study), subjects.data_stream(study))
+
+    async def ensure_site(self, site: str) -> None:
+        await self.ensure(subjects.site_stream(site))
+
+    async def stream_names(self, prefix: str = "") -> list[str]:
+        names: list[str] = []
+        infos = await self.js.streams_info()
+        for info in infos:
+            if info.config.name and info.config.name.startswith(prefix):
+                names.append(info.config.name)
+        return sorted(names)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def _headers(self, subject: str, msg_id: str,
+                 extra: dict[str, str] | None) -> tuple[dict[str, str], Any]:
+        span, traceparent = telemetry.start_producer(subject, msg_id)
+        headers = {MSG_ID: msg_id}
+        if traceparent is not None:
+            headers[telemetry.TRACEPARENT] = traceparent
+        if extra:
+            headers.update(extra)
+        return headers, span
+
+    async def publish(self, event: Event, *, subject: str | None = None,
+                      headers: dict[str, str] | None = None, timeout: float = 30.0) -> int:
+        """Publish one event and wait for JetStream to store it; returns its stream sequence.
+
+        Retries through a server restart until `timeout`: the event id is the message id,
+        so a retry that the server already stored is dropped as a duplicate.
+        """
+        subject = subject or subjects.subject_of(event)
+        return await self.publish_bytes(subject, encode(event), msg_id=event.id,
+                                        headers=headers, timeout=timeout)
+
+    async def publish_bytes(self, subject: str, payload: bytes, *, msg_id: str,
+                            headers: dict[str, str] | None = None,
+                            timeout: float = 30.0) -> int:
+        hdrs, span = self._headers(subject, msg_id, headers)
+        try:
+            ack = await self._retry(
+                lambda: self.js.publish(subject, payload, timeout=2.0, headers=hdrs),
+                what=f"publish to {subject}", budget=timeout)
+            return int(ack.seq)
+        finally:
+            if span is not None:
+                span.end()
+
+    async def publish_async(self, event: Event, *,
+                            subject: str | None = None) -> asyncio.Future[Any]:
+        """Publish without waiting for the store's answer (await `flush_publishes` later)."""
+        subject = subject or subjects.subject_of(event)
+        hdrs, span = self._headers(subject, event.id, None)
+        try:
+            future: asyncio.Future[Any] = await self.js.publish_async(
+                subject, encode(event), headers=hdrs)
+            return future
+        finally:
+            if span is not None:
+                span.end()
+
+    async def flush_publishes(self, timeout: float = 30.0) -> None:
+        await asyncio.wait_for(self.js.publish_async_completed(), timeout)
+
+    async def publish_core(self, subject: str, payload: bytes,
+                           headers: dict[str, str] | None = None) -> None:
+        """Publish without storage (heartbeats, data-plane fan-out)."""
+        await self.nc.publish(subject, payload, headers=headers)
+
+    # -- request / reply ----------------------------------------------------------------
+
+    async def request(self, subject: str, payload: bytes, *, timeout: float = 5.0,
+                      headers: dict[str, str] | None = None) -> bytes:
+        hdrs = dict(headers or {})
+        traceparent = telemetry.current_traceparent()
+        if traceparent:
+            hdrs.setdefault(telemetry.TRACEPARENT, traceparent)
+        try:
+            msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs or None)
+        except NoRespondersError:
+            raise Unavailable(f"nothing answers on {subject}: is the service running?") from None
+        except (NatsTimeout, asyncio.TimeoutError):
+            raise Timeout(f"no answer on {subject} within {timeout:g}s") from None
+        return bytes(msg.data)
+
+    async def serve(self, subject: str, handler: Callable[[Msg], Awaitable[bytes]],
+                    *, queue: str = "") -> Any:
+        """Answer requests on `subject` with `handler`'s reply (errors answered, not raised)."""
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                with telemetry.consumer_span(msg.subject, msg.headers, consumer=subject):
+                    reply = await handler(msg)
+            except CairnError as exc:
+                reply = msgspec.json.encode({"ok": False, "error": exc.to_dict()})
+            except Exception as exc:  # noqa: BLE001 - a handler bug must not kill the service
+                log.exception("request handler for %s failed", subject)
+                reply = msgspec.json.encode({"ok": False, "error": {
+                    "code": "error", "message": f"internal error: {exc}"}})
+            if msg.reply:
+                try:
+                    await msg.respond(reply)
+                except Exception:  # noqa: BLE001 - requester gone or disconnected
+                    log.debug("could not answer on %s", subject)
+
+        return await self.nc.subscribe(subject, queue=queue, cb=on_msg)
+
+    async def subscribe_core(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Any:
+        return await self.nc.subscribe(subject, cb=cb)
+
+    # -- retry --------------------------------------------------------------------------
+
+    async def _retry(self, call: Callable[[], Awaitable[Any]], *, what: str,
+                     budget: float = 30.0) -> Any:
+        deadline = time.monotonic() + budget
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except _RETRYABLE as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise Unavailable(f"{what}: NATS did not answer ({type(exc).__name__})") \
+                        from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+

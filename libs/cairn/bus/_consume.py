@@ -1,0 +1,204 @@
+"""Durable pull consumers: explicit ack, bounded redelivery with backoff, dead letters.
+
+A handler that raises is retried (nak with a delay from the backoff list) until the last
+delivery; then the message is wrapped in a `DeadLettered` event on `cairn.deadletter.<stream>`
+and acked, so one poison message never blocks the ones behind it. A message that cannot be
+decoded at all is dead-lettered at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import api
+from nats.js.errors import NotFoundError
+
+from cairn import subjects, telemetry
+from cairn.bus._connection import MSG_ID, Bus
+from cairn.events import DeadLettered, stamp
+
+log = logging.getLogger("cairn.bus")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Where a consumed event came from."""
+
+    subject: str
+    stream: str
+    stream_seq: int
+    deliveries: int
+    headers: dict[str, str]
+
+
+Handler = Callable[[T, Delivery], Awaitable[None]]
+
+
+class Subscription(Generic[T]):
+    """One durable pull consumer and the loop that feeds its handler."""
+
+    def __init__(self, bus: Bus, *, stream: str, durable: str, filters: Sequence[str],
+                 decoder: msgspec.json.Decoder[T], handler: Handler[T],
+                 max_deliver: int = 5, backoff: Sequence[float] = (0.2, 1.0, 5.0, 15.0),
+                 batch: int = 64, ack_wait: float = 30.0, fetch_timeout: float = 1.0,
+                 deliver_new: bool = False) -> None:
+        self.bus = bus
+        self.stream = stream
+        self.durable = durable
+        self.filters = list(filters)
+        self.decoder = decoder
+        self.handler = handler
+        self.max_deliver = max_deliver
+        self.backoff = list(backoff)
+        self.batch = batch
+        self.ack_wait = ack_wait
+        self.fetch_timeout = fetch_timeout
+        self.deliver_new = deliver_new
+        self.processed = 0
+        self.dead_lettered = 0
+        self._psub: Any = None
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _config(self) -> api.ConsumerConfig:
+        return api.ConsumerConfig(
+            durable_name=self.durable,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait,
+            max_deliver=self.max_deliver,
+            deliver_policy=api.DeliverPolicy.NEW if self.deliver_new else api.DeliverPolicy.ALL,
+            filter_subject=self.filters[0] if len(self.filters) == 1 else None,
+            filter_subjects=self.filters if len(self.filters) > 1 else None,
+            max_ack_pending=1000,
+        )
+
+    async def _bind(self) -> None:
+        js = self.bus.js
+        try:
+            await js.add_consumer(self.stream, self._config())
+        except Exception as exc:  # noqa: BLE001 - an existing durable is fine as it is
+            log.debug("add_consumer %s/%s: %s", self.stream, self.durable, exc)
+        self._psub = await js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+
+    async def start(self) -> None:
+        await self.bus._retry(self._bind, what=f"consumer {self.stream}/{self.durable}")
+        self._task = asyncio.create_task(self._run(), name=f"consume:{self.durable}")
+
+    async def stop(self) -> None:
+        """Stop fetching, finish and ack what is in flight, then unsubscribe."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self._psub is not None:
+            try:
+                await self._psub.unsubscribe()
+            except Exception:  # noqa: BLE001 - connection may already be gone
+                pass
+            self._psub = None
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    async def _run(self) -> None:
+        delay = 0.05
+        while not self._stopping.is_set():
+            try:
+                msgs = await self._psub.fetch(self.batch, timeout=self.fetch_timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                continue
+            except NotFoundError:
+                await self._rebind()
+                continue
+            except Exception as exc:  # noqa: BLE001 - disconnected: wait for the reconnect
+                if self._stopping.is_set():
+                    break
+                if "timeout" in type(exc).__name__.lower():
+                    continue
+                log.debug("fetch on %s failed: %s", self.durable, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                if "consumer" in str(exc).lower() and "not found" in str(exc).lower():
+                    await self._rebind()
+                continue
+            delay = 0.05
+            self._idle.clear()
+            try:
+                # Everything fetched is handled and acked, even when a stop arrives meanwhile.
+                for msg in msgs:
+                    await self._handle(msg)
+                await self.bus.nc.flush(timeout=5)
+            except Exception as exc:  # noqa: BLE001 - acks are retried by redelivery
+                log.debug("flush after batch failed: %s", exc)
+            finally:
+                self._idle.set()
+
+    async def _rebind(self) -> None:
+        try:
+            await self._bind()
+        except Exception as exc:  # noqa: BLE001
+            log.debug("rebind %s failed: %s", self.durable, exc)
+            await asyncio.sleep(0.5)
+
+    async def _handle(self, msg: Msg) -> None:
+        meta = msg.metadata
+        deliveries = int(meta.num_delivered or 1)
+        headers = dict(msg.headers or {})
+        delivery = Delivery(subject=msg.subject, stream=self.stream,
+                            stream_seq=int(meta.sequence.stream), deliveries=deliveries,
+                            headers=headers)
+        try:
+            event = self.decoder.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await self._dead_letter(msg, delivery, f"undecodable: {exc}")
+            return
+        try:
+            with telemetry.consumer_span(msg.subject, headers, consumer=self.durable,
+                                         message_id=headers.get(MSG_ID)):
+                await self.handler(event, delivery)
+        except asyncio.CancelledError:
+            await _quiet(msg.nak())
+            raise
+        except Exception as exc:  # noqa: BLE001 - the handler's failure is the message's fate
+            if deliveries >= self.max_deliver:
+                log.warning("giving up on %s seq %d after %d deliveries: %s", msg.subject,
+                            delivery.stream_seq, deliveries, exc)
+                await self._dead_letter(msg, delivery, f"handler failed: {exc!r}")
+            else:
+                wait = self.backoff[min(deliveries - 1, len(self.backoff) - 1)]
+                log.info("handler failed on %s (delivery %d), retry in %.1fs: %s",
+                         msg.subject, deliveries, wait, exc)
+                await _quiet(msg.nak(delay=wait))
+            return
+        self.processed += 1
+        await _quiet(msg.ack())
+
+    async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
+        wrapper = DeadLettered(
+            **stamp(),
+            source=f"bus@{self.durable}", stream=self.stream, subject=msg.subject,
+            consumer=self.durable, stream_seq=delivery.stream_seq,
+            deliveries=delivery.deliveries, headers=delivery.headers,
+            payload_b64=base64.b64encode(msg.data).decode(), error=error[:2000],
+        )
+        await self.bus.ensure(subjects.DEADLETTER_STREAM)
+        await self.bus.publish(wrapper)
+        self.dead_lettered += 1
+        await _quiet(msg.ack())
+
+
+async def _quiet(call: Awaitable[Any]) -> None:
+    try:
+        await call
+    except Exception as exc:  # noqa: BLE001 - a lost ack means a redelivery, handled by idempotency
+        log.debug("ack/nak failed: %s", exc)

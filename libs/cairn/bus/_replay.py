@@ -1,0 +1,87 @@
+"""Replay: an ordered read of a stream (or a subject filter) from a sequence or a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+import msgspec
+from nats.js import api
+from nats.js.errors import NotFoundError
+
+from cairn.bus._connection import Bus
+from cairn.errors import NotFound
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Replayed(Generic[T]):
+    seq: int
+    subject: str
+    time: datetime | None
+    event: T | None
+    raw: bytes
+    error: str | None = None
+
+
+async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None = None, *,
+                 filters: Sequence[str] = (), start_seq: int | None = None,
+                 start_time: datetime | None = None, batch: int = 1000,
+                 fetch_timeout: float = 2.0) -> AsyncIterator[Replayed[T]]:
+    """Yield every stored message of `stream` in order, up to the end as of the call.
+
+    An event that does not decode is yielded with `event=None` and the error, not raised:
+    a replay shows history as it is.
+    """
+    opt_seq: int | None = None
+    opt_time: datetime | None = None
+    if start_seq is not None:
+        policy, opt_seq = api.DeliverPolicy.BY_START_SEQUENCE, start_seq
+    elif start_time is not None:
+        policy = api.DeliverPolicy.BY_START_TIME
+        opt_time = start_time
+    else:
+        policy = api.DeliverPolicy.ALL
+    filters = list(filters)
+    config = api.ConsumerConfig(
+        ack_policy=api.AckPolicy.NONE, deliver_policy=policy, inactive_threshold=30.0,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=filters if len(filters) > 1 else None, mem_storage=True,
+        max_waiting=1, opt_start_seq=opt_seq, opt_start_time=opt_time)
+    js = bus.js
+    try:
+        info = await js.add_consumer(stream, config)
+    except NotFoundError:
+        raise NotFound(f"stream {stream} does not exist") from None
+    name = info.name
+    psub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+    try:
+        pending = int(info.num_pending or 0)
+        while pending > 0:
+            try:
+                msgs = await psub.fetch(min(batch, pending), timeout=fetch_timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                break
+            for msg in msgs:
+                meta = msg.metadata
+                pending = int(meta.num_pending or 0)
+                event: T | None = None
+                error: str | None = None
+                if decoder is not None:
+                    try:
+                        event = decoder.decode(msg.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        error = str(exc)
+                yield Replayed(seq=int(meta.sequence.stream), subject=msg.subject,
+                               time=meta.timestamp, event=event, raw=bytes(msg.data),
+                               error=error)
+    finally:
+        try:
+            await psub.unsubscribe()
+            await js.delete_consumer(stream, name)
+        except Exception:  # noqa: BLE001 - ephemeral: the server removes it when inactive
+            pass

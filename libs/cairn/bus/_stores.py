@@ -1,0 +1,100 @@
+"""KV buckets for derived views and object stores for large payloads."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any, Generic, TypeVar
+
+import msgspec
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import ObjectNotFoundError
+
+from cairn.bus._connection import Bus
+from cairn.errors import InvalidInput, NotFound
+
+T = TypeVar("T")
+
+
+class KV(Generic[T]):
+    """A typed view over one KV bucket (values are msgspec JSON)."""
+
+    def __init__(self, kv: Any, type_: type[T]) -> None:
+        self._kv = kv
+        self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(type_)
+        self._encoder = msgspec.json.Encoder()
+
+    async def put(self, key: str, value: T) -> int:
+        return int(await self._kv.put(key, self._encoder.encode(value)))
+
+    async def get(self, key: str) -> T | None:
+        try:
+            entry = await self._kv.get(key)
+        except (KeyNotFoundError, NotFoundError):
+            return None
+        if entry.value is None:
+            return None
+        return self._decoder.decode(entry.value)
+
+    async def delete(self, key: str) -> None:
+        await self._kv.delete(key)
+
+    async def keys(self) -> list[str]:
+        try:
+            return sorted(await self._kv.keys())
+        except NoKeysError:
+            return []
+
+    async def items(self) -> AsyncIterator[tuple[str, T]]:
+        for key in await self.keys():
+            value = await self.get(key)
+            if value is not None:
+                yield key, value
+
+
+async def kv(bus: Bus, bucket: str, type_: type[T], *, history: int = 1,
+             ttl: float | None = None) -> KV[T]:
+    """Open a KV bucket, creating it when absent."""
+    try:
+        handle = await bus.js.key_value(bucket)
+    except (BucketNotFoundError, NotFoundError):
+        handle = await bus.js.create_key_value(bucket=bucket, history=history, ttl=ttl)
+    return KV(handle, type_)
+
+
+class Objects:
+    """A content-addressed object store: an object's name is its sha256."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def put(self, data: bytes, *, name: str | None = None) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        key = name or digest
+        try:
+            info = await self._store.get_info(key)
+            if info is not None and not getattr(info, "deleted", False):
+                return digest
+        except (ObjectNotFoundError, NotFoundError, KeyNotFoundError):
+            pass
+        await self._store.put(key, data)
+        return digest
+
+    async def get(self, name: str, *, digest: str | None = None) -> bytes:
+        try:
+            result = await self._store.get(name)
+        except (ObjectNotFoundError, NotFoundError, KeyNotFoundError):
+            raise NotFound(f"object {name} not found") from None
+        data = bytes(result.data or b"")
+        expected = digest or (name if len(name) == 64 else None)
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            raise InvalidInput(f"object {name} does not match its digest")
+        return data
+
+
+async def objects(bus: Bus, bucket: str) -> Objects:
+    try:
+        store = await bus.js.object_store(bucket)
+    except (BucketNotFoundError, NotFoundError):
+        store = await bus.js.create_object_store(bucket)
+    return Objects(store)

@@ -1,0 +1,47 @@
+"""Stream and consumer configuration: Cairn's StreamSpec to JetStream's config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.js import api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from cairn.subjects import StreamSpec
+
+
+def stream_config(spec: StreamSpec) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=spec.name,
+        description=spec.description or None,
+        subjects=list(spec.subjects),
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        max_age=spec.max_age_s or None,
+        max_bytes=spec.max_bytes,
+        duplicate_window=spec.duplicate_window_s,
+        deny_delete=spec.deny_delete,
+        deny_purge=spec.deny_purge,
+        allow_direct=True,
+    )
+
+
+async def ensure_stream(js: Any, spec: StreamSpec) -> None:
+    """Create the stream, or bring an existing one to the spec (subjects, limits)."""
+    config = stream_config(spec)
+    try:
+        info = await js.stream_info(spec.name)
+    except NotFoundError:
+        try:
+            await js.add_stream(config)
+            return
+        except BadRequestError as exc:
+            # Another process created it between our look and our add.
+            if exc.err_code != 10058:
+                raise
+            info = await js.stream_info(spec.name)
+    current = info.config
+    if (sorted(current.subjects or []) != sorted(config.subjects or [])
+            or bool(current.deny_delete) != spec.deny_delete
+            or bool(current.deny_purge) != spec.deny_purge):
+        await js.update_stream(config)

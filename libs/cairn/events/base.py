@@ -1,0 +1,44 @@
+"""The base event and the helpers every event module shares."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TypedDict
+
+import msgspec
+
+from cairn.names import new_event_id
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Every fact on the bus.
+
+    Attributes:
+        id: Unique id; also the `Nats-Msg-Id` header, so JetStream drops duplicates.
+        at: UTC time the fact happened (reducers take time from here, never a clock).
+        source: Who wrote it, `service@site`.
+        study: The study it belongs to, where it has one.
+        actor: Who asked for it, where a person or program asked.
+        cause: Id of the event or command that led to it.
+    """
+
+    id: str
+    at: datetime
+    source: str
+    study: str | None = None
+    actor: str | None = None
+    cause: str | None = None
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Stamp(TypedDict):
+    id: str
+    at: datetime
+
+
+def stamp() -> Stamp:
+    """Fresh `id` and `at` for a new event: `JobSubmitted(**stamp(), ...)`."""
+    return {"id": new_event_id(), "at": now()}

@@ -1,0 +1,120 @@
+"""Federation-wide facts: the seed, site configuration, snapshots, drift, validation.
+
+Subjects: `cairn.fed.<verb>`, `cairn.site.<site>.<verb>` and
+`cairn.validation.<site>.<recipe>.<verb>`, all in the FEDERATION stream.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from cairn.events.base import Event
+from cairn.events.job import Resources
+from cairn.events.study import StudyAdmin
+
+
+class FederationSite(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    org: str
+
+
+class FederationSeeded(Event, tag="federation.seeded", frozen=True, kw_only=True):
+    """The coordinator's first start: the federation file it was seeded from."""
+
+    federation: str
+    hub: str
+    sites: list[FederationSite] = []
+    admins: list[StudyAdmin] = []
+
+
+class FederationSiteAdded(Event, tag="federation.site-added", frozen=True, kw_only=True):
+    site: FederationSite
+
+
+class SiteConfigLoaded(Event, tag="site.config-loaded", frozen=True, kw_only=True):
+    """An agent (re)loaded its study runtime file."""
+
+    site: str
+    file: str
+    studies: list[str] = []
+
+
+class SiteConfigRejected(Event, tag="site.config-rejected", frozen=True, kw_only=True):
+    """An edit of the study runtime file is broken; the last good version stays in force."""
+
+    site: str
+    file: str
+    error: str
+
+
+class Heartbeat(Event, tag="site.heartbeat", frozen=True, kw_only=True):
+    """An agent's liveness and capacity. Not stored in a stream: latest kept in KV `sites`."""
+
+    site: str
+    seq: int = 0
+    backend: str = "process"
+    capacity: Resources = Resources()
+    free: Resources = Resources()
+    running: int = 0
+    studies: list[str] = []
+    started_at: datetime | None = None
+
+
+class SnapshotRecorded(Event, tag="site.snapshot", frozen=True, kw_only=True):
+    """A snapshot of a site; the snapshot itself is inline or in the object store."""
+
+    site: str
+    digest: str
+    taken_at: datetime | None = None
+    nodes: int = 1
+    object_name: str | None = None
+    snapshot: dict[str, Any] | None = None
+
+
+class ReadingChange(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    node: str | None = None
+    before: Any = None
+    after: Any = None
+
+
+class SnapshotDrift(Event, tag="site.drift", frozen=True, kw_only=True):
+    site: str
+    previous: str
+    current: str
+    changes: list[ReadingChange] = []
+
+
+class ValidationStarted(Event, tag="validation.started", frozen=True, kw_only=True):
+    run: str
+    site: str
+    recipe: str
+
+
+class ValidationPhase(Event, tag="validation.phase", frozen=True, kw_only=True):
+    run: str
+    site: str
+    recipe: str
+    phase: str
+    status: str
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    ctrf: dict[str, Any] | None = None
+
+
+class ValidationCompleted(Event, tag="validation.completed", frozen=True, kw_only=True):
+    run: str
+    site: str
+    recipe: str
+    status: str
+    phases: dict[str, str] = {}
+
+
+FederationEvent = (
+    FederationSeeded | FederationSiteAdded | SiteConfigLoaded | SiteConfigRejected
+    | SnapshotRecorded | SnapshotDrift | ValidationStarted | ValidationPhase | ValidationCompleted
+)

@@ -1,0 +1,98 @@
+"""A job's life at one site: agent decisions, launcher facts, and coordinator commands.
+
+Subjects: `cairn.study.<study>.job.<job>.site.<site>.<verb>` (agent, launcher) and
+`cairn.study.<study>.site.<site>.cmd.<verb>` (coordinator -> agent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cairn.events.base import Event
+from cairn.events.job import Resources
+
+
+class DeployCommand(Event, tag="cmd.deploy", frozen=True, kw_only=True):
+    """Coordinator asks a site's agent to run one worker of a job."""
+
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    entrypoint: str
+    resources: Resources = Resources()
+    image: str | None = None
+    code_digest: str | None = None
+    params: dict[str, Any] = {}
+    timeout_s: float = 3600.0
+    peers: int = 1
+
+
+class CancelCommand(Event, tag="cmd.cancel", frozen=True, kw_only=True):
+    """Coordinator asks a site's agent to stop every worker of a job there."""
+
+    job: str
+    site: str
+    reason: str = "cancelled"
+    grace_s: float = 10.0
+
+
+class DeploymentAccepted(Event, tag="deployment.accepted", frozen=True, kw_only=True):
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    launch_id: str
+    gpus: list[str] = []
+
+
+class DeploymentRejected(Event, tag="deployment.rejected", frozen=True, kw_only=True):
+    """The site's policy refused a worker; `message` says what to change."""
+
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    cause: str
+    message: str
+
+
+class WorkerLaunching(Event, tag="worker.launching", frozen=True, kw_only=True):
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    launch_id: str
+    backend: str
+
+
+class WorkerRunning(Event, tag="worker.running", frozen=True, kw_only=True):
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    launch_id: str
+    native_id: str = ""
+
+
+class WorkerExited(Event, tag="worker.exited", frozen=True, kw_only=True):
+    """A worker ended. `cause` is None for a clean exit (code 0)."""
+
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    launch_id: str
+    exit_code: int | None = None
+    cause: str | None = None
+    message: str = ""
+
+
+SiteCommand = DeployCommand | CancelCommand
+SiteJobEvent = DeploymentAccepted | DeploymentRejected | WorkerLaunching | WorkerRunning | WorkerExited

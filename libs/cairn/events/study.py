@@ -1,0 +1,45 @@
+"""Study administration events (coordinator), on `cairn.study.<study>.admin.<verb>`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from cairn.events.base import Event
+
+Role = Literal["project_admin", "org_admin", "lead", "member"]
+
+
+class StudyAdmin(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    org: str
+    role: Role = "member"
+
+
+class StudyCreated(Event, tag="study.created", frozen=True, kw_only=True):
+    """A study exists, with its first sites and admins."""
+
+    name: str
+    sites: list[str] = []
+    admins: list[StudyAdmin] = []
+    description: str = ""
+
+
+class StudySiteAdded(Event, tag="study.site-added", frozen=True, kw_only=True):
+    site: str
+
+
+class StudySiteRemoved(Event, tag="study.site-removed", frozen=True, kw_only=True):
+    site: str
+
+
+class StudyAdminAdded(Event, tag="study.admin-added", frozen=True, kw_only=True):
+    admin: StudyAdmin
+
+
+class StudyAdminRemoved(Event, tag="study.admin-removed", frozen=True, kw_only=True):
+    name: str
+
+
+StudyAdminEvent = StudyCreated | StudySiteAdded | StudySiteRemoved | StudyAdminAdded | StudyAdminRemoved

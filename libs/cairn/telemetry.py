@@ -1,0 +1,150 @@
+"""OpenTelemetry for Cairn: one tracer provider, W3C trace context over NATS headers.
+
+Tracing is on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (OTLP/HTTP export, batched) or when
+`setup(..., exporter=...)` is given one; otherwise every helper here is a cheap no-op. The
+traceparent header is written and parsed by hand: the generic propagator machinery costs
+more than a publish on this path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    format_span_id,
+    format_trace_id,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+TRACEPARENT = "traceparent"
+_tracer: trace.Tracer | None = None
+_provider: TracerProvider | None = None
+
+
+def setup(service_name: str, *, exporter: SpanExporter | None = None,
+          endpoint: str | None = None) -> bool:
+    """Install the tracer provider. Returns whether tracing is on."""
+    global _tracer, _provider
+    endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if exporter is None and not endpoint:
+        return _tracer is not None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if exporter is None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        assert endpoint is not None
+        exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+    _provider = provider
+    _tracer = provider.get_tracer("cairn")
+    return True
+
+
+def shutdown() -> None:
+    """Flush and stop the provider (spans still queued are exported)."""
+    global _tracer, _provider
+    if _provider is not None:
+        _provider.force_flush(5000)
+        _provider.shutdown()
+    _tracer = None
+    _provider = None
+
+
+def enabled() -> bool:
+    return _tracer is not None
+
+
+def format_traceparent(ctx: SpanContext) -> str:
+    return (f"00-{format_trace_id(ctx.trace_id)}-{format_span_id(ctx.span_id)}-"
+            f"{int(ctx.trace_flags):02x}")
+
+
+def parse_traceparent(value: str | None) -> SpanContext | None:
+    """Parse a W3C traceparent header; None when absent or malformed."""
+    if not value:
+        return None
+    parts = value.strip().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
+    except ValueError:
+        return None
+    if trace_id == 0 or span_id == 0:
+        return None
+    return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True,
+                       trace_flags=TraceFlags(flags))
+
+
+def current_traceparent() -> str | None:
+    """The traceparent of the current span, for handing to a worker (`TRACEPARENT`)."""
+    ctx = trace.get_current_span().get_span_context()
+    return format_traceparent(ctx) if ctx.is_valid else None
+
+
+def start_producer(subject: str, message_id: str) -> tuple[Any, str | None]:
+    """Start a PRODUCER span for one publish; returns (span or None, traceparent to send)."""
+    tracer = _tracer
+    if tracer is None:
+        parent = trace.get_current_span().get_span_context()
+        return None, (format_traceparent(parent) if parent.is_valid else None)
+    span = tracer.start_span(
+        f"{subject} publish", kind=SpanKind.PRODUCER,
+        attributes={"messaging.system": "nats", "messaging.destination.name": subject,
+                    "messaging.operation.type": "publish", "messaging.message.id": message_id},
+    )
+    return span, format_traceparent(span.get_span_context())
+
+
+@contextmanager
+def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str,
+                  message_id: str | None = None) -> Iterator[None]:
+    """Run a handler inside a CONSUMER span whose parent is the message's traceparent."""
+    remote = parse_traceparent((headers or {}).get(TRACEPARENT))
+    parent_ctx = trace.set_span_in_context(NonRecordingSpan(remote)) if remote else None
+    tracer = _tracer
+    if tracer is None:
+        # Tracing off here, but keep the caller's trace flowing to anything published next.
+        token = otel_context.attach(parent_ctx) if parent_ctx is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        return
+    attributes: dict[str, str] = {"messaging.system": "nats",
+                                  "messaging.destination.name": subject,
+                                  "messaging.operation.type": "process",
+                                  "messaging.consumer.group.name": consumer}
+    if message_id:
+        attributes["messaging.message.id"] = message_id
+    with tracer.start_as_current_span(f"{subject} process", context=parent_ctx,
+                                      kind=SpanKind.CONSUMER, attributes=attributes):
+        yield
+
+
+@contextmanager
+def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
+    """An INTERNAL span for a unit of work (no-op when tracing is off)."""
+    tracer = _tracer
+    if tracer is None:
+        yield
+        return
+    with tracer.start_as_current_span(name, attributes=attributes):
+        yield
