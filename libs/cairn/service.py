@@ -1,0 +1,262 @@
+"""The service runner: config, connect with retry, rebuild state, run handlers, health, shutdown.
+
+A service is a class with `name`, `async start(runtime)`, `async stop()` and `ready()`.
+`run(["agent", "launcher"], config)` runs several over one connection in one process;
+SIGTERM or SIGINT stops them gracefully (in-flight events are finished and acked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import msgspec
+
+from cairn import subjects, telemetry
+from cairn.bus import Bus, Delivery, Subscription
+from cairn.errors import CairnError
+from cairn.logs import setup_logging
+
+T = TypeVar("T")
+log = logging.getLogger("cairn.service")
+
+SERVICES: dict[str, str] = {
+    "coordinator": "cairn.coordinator.service:CoordinatorService",
+    "agent": "cairn.agent.service:AgentService",
+    "launcher": "cairn.launcher.service:LauncherService",
+    "snapshotter": "cairn.snapshotter.service:SnapshotterService",
+    "validator": "cairn.validator.service:ValidatorService",
+}
+
+
+@dataclass
+class ServiceConfig:
+    """Everything a service is told; from flags, else the environment, else defaults."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    site: str = "hub"
+    site_config: str | None = None
+    federation: str | None = None
+    state_dir: str | None = None
+    creds: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    heartbeat_s: float = 1.0
+    log_level: str = "info"
+    log_format: str = "text"
+    options: dict[str, str] = field(default_factory=dict)
+
+    def tls_context(self) -> Any:
+        if not (self.tls_ca or self.tls_cert):
+            return None
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_cert:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        return ctx
+
+
+class Service(Protocol):
+    name: ClassVar[str]
+
+    async def start(self, runtime: Runtime) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+
+class Runtime:
+    """What a running service gets: the bus, its config, and tracked consumers and tasks."""
+
+    def __init__(self, bus: Bus, config: ServiceConfig, site: str) -> None:
+        self.bus = bus
+        self.config = config
+        self.site = site
+        self.started = time.monotonic()
+        self._subscriptions: list[Subscription[Any]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._core_subs: list[Any] = []
+
+    async def consume(self, *, stream: str, durable: str, filters: Sequence[str],
+                      decoder: msgspec.json.Decoder[T],
+                      handler: Callable[[T, Delivery], Awaitable[None]],
+                      **options: Any) -> Subscription[T]:
+        sub: Subscription[T] = Subscription(self.bus, stream=stream, durable=durable,
+                                            filters=filters, decoder=decoder,
+                                            handler=handler, **options)
+        await sub.start()
+        self._subscriptions.append(sub)
+        return sub
+
+    async def serve(self, subject: str, handler: Callable[[Any], Awaitable[bytes]],
+                    queue: str = "") -> None:
+        self._core_subs.append(await self.bus.serve(subject, handler, queue=queue))
+
+    async def subscribe_core(self, subject: str, cb: Callable[[Any], Awaitable[None]]) -> None:
+        self._core_subs.append(await self.bus.subscribe_core(subject, cb))
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """A background task that is cancelled on shutdown; a crash is logged, not lost."""
+        task = asyncio.create_task(_logged(coro, name), name=name)
+        self._tasks.append(task)
+        return task
+
+    async def close(self) -> None:
+        for sub in self._core_subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - disconnected already
+                pass
+        await asyncio.gather(*(s.stop() for s in self._subscriptions))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _logged(coro: Coroutine[Any, Any, Any], name: str) -> Any:
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("task %s crashed", name)
+        raise
+
+
+def load_service(name: str, config: ServiceConfig) -> Service:
+    target = SERVICES.get(name)
+    if target is None:
+        raise CairnError(f"unknown service {name!r}; known: {', '.join(SERVICES)}")
+    module_name, cls_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    service: Service = cls(config)
+    return service
+
+
+async def run(names: Sequence[str], config: ServiceConfig,
+              stop: asyncio.Event | None = None) -> int:
+    """Run services until `stop` is set or SIGTERM/SIGINT arrives. Returns an exit code."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    label = "+".join(names)
+    telemetry.setup(f"cairn-{label}")
+    services = [load_service(n, config) for n in names]
+    site = config.site
+    t0 = time.monotonic()
+    bus = await _connect(config, label, stop)
+    if bus is None:
+        return 0
+    runtime = Runtime(bus, config, site)
+    try:
+        await bus.ensure_federation()
+        for service in services:
+            await service.start(runtime)
+            await runtime.serve(subjects.health(service.name, site), _health(service, runtime))
+        log.info("ready in %.3fs: %s at site %s", time.monotonic() - t0, label, site)
+        await stop.wait()
+        log.info("stopping %s", label)
+    finally:
+        for service in reversed(services):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("stopping %s failed", service.name)
+        await runtime.close()
+        await bus.close()
+        telemetry.shutdown()
+    return 0
+
+
+async def _connect(config: ServiceConfig, label: str, stop: asyncio.Event) -> Bus | None:
+    connect = asyncio.ensure_future(Bus.connect(
+        config.nats_url, name=f"cairn-{label}@{config.site}", tls=config.tls_context(),
+        creds=config.creds, retry_for=float("inf")))
+    stopper = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({connect, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if connect in done:
+        stopper.cancel()
+        return connect.result()
+    connect.cancel()
+    return None
+
+
+def _health(service: Service, runtime: Runtime) -> Callable[[Any], Awaitable[bytes]]:
+    async def answer(_msg: Any) -> bytes:
+        status: dict[str, Any] = {"ok": True, "service": service.name, "site": runtime.site,
+                                  "ready": service.ready(), "pid": os.getpid(),
+                                  "uptime_s": round(time.monotonic() - runtime.started, 3)}
+        extra = getattr(service, "health", None)
+        if callable(extra):
+            status.update(extra())
+        return msgspec.json.encode(status)
+
+    return answer
+
+
+def parse_args(argv: Sequence[str]) -> tuple[list[str], ServiceConfig]:
+    env = os.environ
+    p = argparse.ArgumentParser(prog="cairn run", description="Run Cairn services in one process.")
+    p.add_argument("services", nargs="+", choices=sorted(SERVICES), metavar="SERVICE",
+                   help=f"one or more of: {', '.join(SERVICES)}")
+    p.add_argument("--nats-url", default=env.get("CAIRN_NATS_URL"))
+    p.add_argument("--site", default=env.get("CAIRN_SITE"))
+    p.add_argument("--site-config", default=env.get("CAIRN_SITE_CONFIG"),
+                   help="site.yaml (agent, launcher, snapshotter)")
+    p.add_argument("--federation", default=env.get("CAIRN_FEDERATION"),
+                   help="federation.yaml (coordinator: seeds it on first start)")
+    p.add_argument("--state-dir", default=env.get("CAIRN_STATE_DIR"))
+    p.add_argument("--creds", default=env.get("CAIRN_CREDS"))
+    p.add_argument("--tls-ca", default=env.get("CAIRN_TLS_CA"))
+    p.add_argument("--tls-cert", default=env.get("CAIRN_TLS_CERT"))
+    p.add_argument("--tls-key", default=env.get("CAIRN_TLS_KEY"))
+    p.add_argument("--heartbeat", type=float, default=float(env.get("CAIRN_HEARTBEAT_S", "1")))
+    p.add_argument("--log-level", default=env.get("CAIRN_LOG_LEVEL", "info"))
+    p.add_argument("--log-format", choices=["text", "json"],
+                   default=env.get("CAIRN_LOG_FORMAT", "text"))
+    p.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE")
+    a = p.parse_args(list(argv))
+    site = a.site
+    nats_url = a.nats_url
+    if a.site_config and (site is None or nats_url is None):
+        from cairn.spec.site import load_site_config
+
+        site_cfg = load_site_config(a.site_config)
+        site = site or site_cfg.site
+        nats_url = nats_url or site_cfg.federation
+    config = ServiceConfig(
+        nats_url=nats_url or "nats://127.0.0.1:4222", site=site or "hub",
+        site_config=a.site_config, federation=a.federation, state_dir=a.state_dir,
+        creds=a.creds, tls_ca=a.tls_ca, tls_cert=a.tls_cert, tls_key=a.tls_key,
+        heartbeat_s=a.heartbeat, log_level=a.log_level, log_format=a.log_format,
+        options=dict(o.split("=", 1) for o in a.option if "=" in o))
+    return list(dict.fromkeys(a.services)), config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`cairn run SERVICE...` and `python -m cairn.<service>`."""
+    try:
+        names, config = parse_args(sys.argv[1:] if argv is None else argv)
+        setup_logging(config.log_level, config.log_format, "+".join(names), config.site)
+        return asyncio.run(run(names, config))
+    except CairnError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,7 @@
+"""`python -m cairn.coordinator`: run the coordinator service (flags as for `cairn run`)."""
+
+import sys
+
+from cairn.service import main
+
+sys.exit(main(["coordinator", *sys.argv[1:]]))
