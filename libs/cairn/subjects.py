@@ -157,6 +157,11 @@ def site_snapshot_request(site: str) -> str:
     return f"{ROOT}.api.site.{check_name(site, 'site')}.snapshot"
 
 
+def site_logs(site: str) -> str:
+    """Request/reply: read a worker's captured log from the site's launcher (not stored)."""
+    return f"{ROOT}.api.site.{check_name(site, 'site')}.logs"
+
+
 def fed(verb: str) -> str:
     return f"{ROOT}.fed.{_verb(verb)}"
 
