@@ -32,7 +32,6 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tools tests examples
-	$(VENV)/bin/ruff format --check libs services tools tests examples
 	$(VENV)/bin/mypy -p cairn
 
 schemas: $(STAMP)

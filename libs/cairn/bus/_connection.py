@@ -6,8 +6,8 @@ import asyncio
 import logging
 import ssl
 import time
-from functools import partial
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -80,7 +80,7 @@ class Bus:
                     pending_size=64 * 1024 * 1024,
                 )
                 return cls(nc, name=name)
-            except (NoServersError, OSError, NatsTimeout, asyncio.TimeoutError) as exc:
+            except (TimeoutError, NoServersError, OSError, NatsTimeout) as exc:
                 if time.monotonic() >= deadline:
                     raise Unavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from None
                 log.info("waiting for NATS at %s (%s)", ", ".join(servers), exc)
@@ -93,7 +93,7 @@ class Bus:
             return
         try:
             await self.nc.flush(timeout=2)
-        except Exception:  # noqa: BLE001 - closing anyway
+        except Exception:
             pass
         await self.nc.close()
 
@@ -197,7 +197,7 @@ class Bus:
             msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs or None)
         except NoRespondersError:
             raise Unavailable(f"nothing answers on {subject}: is the service running?") from None
-        except (NatsTimeout, asyncio.TimeoutError):
+        except (TimeoutError, NatsTimeout):
             raise Timeout(f"no answer on {subject} within {timeout:g}s") from None
         return bytes(msg.data)
 
@@ -211,14 +211,14 @@ class Bus:
                     reply = await handler(msg)
             except CairnError as exc:
                 reply = msgspec.json.encode({"ok": False, "error": exc.to_dict()})
-            except Exception as exc:  # noqa: BLE001 - a handler bug must not kill the service
+            except Exception as exc:
                 log.exception("request handler for %s failed", subject)
                 reply = msgspec.json.encode({"ok": False, "error": {
                     "code": "error", "message": f"internal error: {exc}"}})
             if msg.reply:
                 try:
                     await msg.respond(reply)
-                except Exception:  # noqa: BLE001 - requester gone or disconnected
+                except Exception:
                     log.debug("could not answer on %s", subject)
 
         return await self.nc.subscribe(subject, queue=queue, cb=on_msg)

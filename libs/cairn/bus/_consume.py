@@ -86,7 +86,7 @@ class Subscription(Generic[T]):
         js = self.bus.js
         try:
             await js.add_consumer(self.stream, self._config())
-        except Exception as exc:  # noqa: BLE001 - an existing durable is fine as it is
+        except Exception as exc:
             log.debug("add_consumer %s/%s: %s", self.stream, self.durable, exc)
         self._psub = await js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
 
@@ -103,7 +103,7 @@ class Subscription(Generic[T]):
         if self._psub is not None:
             try:
                 await self._psub.unsubscribe()
-            except Exception:  # noqa: BLE001 - connection may already be gone
+            except Exception:
                 pass
             self._psub = None
 
@@ -115,12 +115,12 @@ class Subscription(Generic[T]):
         while not self._stopping.is_set():
             try:
                 msgs = await self._psub.fetch(self.batch, timeout=self.fetch_timeout)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 continue
             except NotFoundError:
                 await self._rebind()
                 continue
-            except Exception as exc:  # noqa: BLE001 - disconnected: wait for the reconnect
+            except Exception as exc:
                 if self._stopping.is_set():
                     break
                 if "timeout" in type(exc).__name__.lower():
@@ -138,7 +138,7 @@ class Subscription(Generic[T]):
                 for msg in msgs:
                     await self._handle(msg)
                 await self.bus.nc.flush(timeout=5)
-            except Exception as exc:  # noqa: BLE001 - acks are retried by redelivery
+            except Exception as exc:
                 log.debug("flush after batch failed: %s", exc)
             finally:
                 self._idle.set()
@@ -146,7 +146,7 @@ class Subscription(Generic[T]):
     async def _rebind(self) -> None:
         try:
             await self._bind()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.debug("rebind %s failed: %s", self.durable, exc)
             await asyncio.sleep(0.5)
 
@@ -169,7 +169,7 @@ class Subscription(Generic[T]):
         except asyncio.CancelledError:
             await _quiet(msg.nak())
             raise
-        except Exception as exc:  # noqa: BLE001 - the handler's failure is the message's fate
+        except Exception as exc:
             if deliveries >= self.max_deliver:
                 log.warning("giving up on %s seq %d after %d deliveries: %s", msg.subject,
                             delivery.stream_seq, deliveries, exc)
@@ -200,5 +200,5 @@ class Subscription(Generic[T]):
 async def _quiet(call: Awaitable[Any]) -> None:
     try:
         await call
-    except Exception as exc:  # noqa: BLE001 - a lost ack means a redelivery, handled by idempotency
+    except Exception as exc:
         log.debug("ack/nak failed: %s", exc)

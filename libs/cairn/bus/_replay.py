@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,7 +63,7 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
         while pending > 0:
             try:
                 msgs = await psub.fetch(min(batch, pending), timeout=fetch_timeout)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 break
             for msg in msgs:
                 meta = msg.metadata
@@ -83,5 +82,5 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
         try:
             await psub.unsubscribe()
             await js.delete_consumer(stream, name)
-        except Exception:  # noqa: BLE001 - ephemeral: the server removes it when inactive
+        except Exception:
             pass

@@ -7,8 +7,13 @@ from collections.abc import AsyncIterator
 from typing import Any, Generic, TypeVar
 
 import msgspec
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
-from nats.js.errors import ObjectNotFoundError
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyNotFoundError,
+    NoKeysError,
+    NotFoundError,
+    ObjectNotFoundError,
+)
 
 from cairn.bus._connection import Bus
 from cairn.errors import InvalidInput, NotFound

@@ -91,20 +91,23 @@ class JobCompleted(Event, tag="job.completed", frozen=True, kw_only=True):
 
 
 class JobFailed(Event, tag="job.failed", frozen=True, kw_only=True):
+    """The job failed. `reason` is one of JOBSPEC's closed set of causes (`cause` is the
+    id of the event that led here, as on every event)."""
+
     job: str
-    cause: str
+    reason: str
     message: str = ""
 
 
 class JobAborted(Event, tag="job.aborted", frozen=True, kw_only=True):
     job: str
-    cause: str = "cancelled"
+    reason: str = "cancelled"
     message: str = ""
 
 
 class JobUnschedulable(Event, tag="job.unschedulable", frozen=True, kw_only=True):
     job: str
-    cause: Literal["unschedulable"] = "unschedulable"
+    reason: Literal["unschedulable"] = "unschedulable"
     reasons: dict[str, str] = {}
 
 

@@ -19,7 +19,10 @@ class DatasetMount(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LaunchRequested(Event, tag="launch.requested", frozen=True, kw_only=True):
-    """Run one worker. `launch_id` is `<job>/<site>/<role>/<rank>/<attempt>`, the idempotency key."""
+    """Run one worker.
+
+    `launch_id` is `<job>/<site>/<role>/<rank>/<attempt>`, the idempotency key.
+    """
 
     launch_id: str
     job: str

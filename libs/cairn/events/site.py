@@ -46,17 +46,19 @@ class DeploymentAccepted(Event, tag="deployment.accepted", frozen=True, kw_only=
     attempt: int = 0
     launch_id: str
     gpus: list[str] = []
+    resources: Resources = Resources()
 
 
 class DeploymentRejected(Event, tag="deployment.rejected", frozen=True, kw_only=True):
-    """The site's policy refused a worker; `message` says what to change."""
+    """The site's policy refused a worker: `reason` is the closed-set cause (site-policy,
+    image-not-approved, over-study-limit) and `message` says what to change."""
 
     job: str
     site: str
     role: str
     rank: int = 0
     attempt: int = 0
-    cause: str
+    reason: str
     message: str
 
 
@@ -81,7 +83,7 @@ class WorkerRunning(Event, tag="worker.running", frozen=True, kw_only=True):
 
 
 class WorkerExited(Event, tag="worker.exited", frozen=True, kw_only=True):
-    """A worker ended. `cause` is None for a clean exit (code 0)."""
+    """A worker ended. `reason` is the closed-set cause, None for a clean exit (code 0)."""
 
     job: str
     site: str
@@ -90,9 +92,11 @@ class WorkerExited(Event, tag="worker.exited", frozen=True, kw_only=True):
     attempt: int = 0
     launch_id: str
     exit_code: int | None = None
-    cause: str | None = None
+    reason: str | None = None
     message: str = ""
 
 
 SiteCommand = DeployCommand | CancelCommand
-SiteJobEvent = DeploymentAccepted | DeploymentRejected | WorkerLaunching | WorkerRunning | WorkerExited
+SiteJobEvent = (
+    DeploymentAccepted | DeploymentRejected | WorkerLaunching | WorkerRunning | WorkerExited
+)

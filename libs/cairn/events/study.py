@@ -42,4 +42,6 @@ class StudyAdminRemoved(Event, tag="study.admin-removed", frozen=True, kw_only=T
     name: str
 
 
-StudyAdminEvent = StudyCreated | StudySiteAdded | StudySiteRemoved | StudyAdminAdded | StudyAdminRemoved
+StudyAdminEvent = (
+    StudyCreated | StudySiteAdded | StudySiteRemoved | StudyAdminAdded | StudyAdminRemoved
+)

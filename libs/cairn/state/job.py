@@ -156,11 +156,11 @@ def apply(job: JobState | None, event: object) -> JobState | None:
         case JobCompleted():
             return _advance(job, "completed", event.at)
         case JobFailed():
-            return _advance(job, "failed", event.at, cause=event.cause, message=event.message)
+            return _advance(job, "failed", event.at, cause=event.reason, message=event.message)
         case JobAborted():
-            return _advance(job, "aborted", event.at, cause=event.cause, message=event.message)
+            return _advance(job, "aborted", event.at, cause=event.reason, message=event.message)
         case JobUnschedulable():
-            return _advance(job, "unschedulable", event.at, cause=event.cause,
+            return _advance(job, "unschedulable", event.at, cause=event.reason,
                             reasons=event.reasons, message="; ".join(
                                 f"{k}: {v}" for k, v in sorted(event.reasons.items())))
         case DeploymentAccepted():
@@ -168,7 +168,7 @@ def apply(job: JobState | None, event: object) -> JobState | None:
                            launch_id=event.launch_id, gpus=tuple(event.gpus))
         case DeploymentRejected():
             return _worker(job, event.site, event.role, event.rank, event.at, "rejected",
-                           cause=event.cause, message=event.message)
+                           cause=event.reason, message=event.message)
         case WorkerLaunching():
             return _worker(job, event.site, event.role, event.rank, event.at, "launching",
                            launch_id=event.launch_id)
@@ -176,7 +176,8 @@ def apply(job: JobState | None, event: object) -> JobState | None:
             return _worker(job, event.site, event.role, event.rank, event.at, "running")
         case WorkerExited():
             return _worker(job, event.site, event.role, event.rank, event.at, "exited",
-                           exit_code=event.exit_code, cause=event.cause, message=event.message)
+                           exit_code=event.exit_code, cause=event.reason,
+                           message=event.message)
         case WorkerProgress():
             return _worker(job, event.site, event.role, event.rank, event.at,
                            progress=event.message, step=event.step, total=event.total)

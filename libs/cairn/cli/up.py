@@ -1,0 +1,114 @@
+"""`cairn up` and `cairn down`: an embedded federation on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from cairn import context
+from cairn.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
+from cairn.errors import CairnError, NotFound
+
+
+@click.command(help="""Start an embedded federation: a private nats-server with JetStream, the
+coordinator, and for a hub and two sites an agent and a launcher (one process per site).
+
+Writes the context file (.cairn/context.yaml or $CAIRN_CONTEXT) that every other command
+reads, prints where everything runs, and stops it all on Ctrl-C or `cairn down`.
+With --check it starts, waits until every service is healthy, prints how long that took,
+stops, and exits 0.""")
+@click.option("--dir", "dir_", type=click.Path(path_type=Path), default=Path(".cairn"),
+              show_default=True, help="Configs, stores and logs live here (kept between runs).")
+@click.option("--site", "sites", multiple=True, help="Site names; the first is the hub. "
+              f"Default: {', '.join(DEFAULT_SITES)}.")
+@click.option("--study", default=DEFAULT_STUDY, show_default=True, help="The demo study.")
+@click.option("--port", type=int, default=0, help="NATS port (default: a free one).")
+@click.option("--check", is_flag=True, help="Start, wait for health, report, stop.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for every service to be healthy.")
+def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
+       timeout: float) -> None:
+    from cairn.names import check_name
+
+    for s in (*sites, study):
+        check_name(s, "site" if s in sites else "study")
+    t0 = time.monotonic()
+    fed = EmbeddedFederation(dir=dir_, sites=sites or DEFAULT_SITES, study=study, port=port)
+    stopping = {"flag": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping["flag"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        fed.start()
+        took = asyncio.run(fed.wait_healthy(timeout))
+        total = time.monotonic() - t0
+        if check:
+            click.echo(f"healthy: {len(fed.expected())} services at {len(fed.sites)} sites in "
+                       f"{took:.3f}s ({total:.3f}s from start)")
+            return
+        path = fed.write_context()
+        _print_where(fed, path, total)
+        while True:
+            for p in fed.processes:
+                if p.proc.poll() is not None:
+                    raise CairnError(f"{p.name} exited with {p.proc.returncode}; see {p.log}")
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        click.echo("stopping...", err=True)
+    finally:
+        fed.stop()
+        if not check:
+            _clear_context(fed)
+
+
+def _print_where(fed: EmbeddedFederation, path: Path, took: float) -> None:
+    assert fed.nats is not None
+    click.echo(f"Cairn federation up in {took:.2f}s (Ctrl-C or `cairn down` stops it)")
+    click.echo(f"  nats        {fed.nats.url}  (monitor {fed.nats.monitor_url})")
+    click.echo(f"  context     {path}")
+    click.echo(f"  study       {fed.study} (actor {context.load(path).actor})"  # type: ignore[union-attr]
+               if context.load(path) else "")
+    for p in fed.processes:
+        click.echo(f"  {p.name:<11} pid {p.proc.pid:<7} {'+'.join(p.services):<20} log {p.log}")
+    click.echo(f"  files       {fed.federation_file}, {fed.dir / 'sites'}/<site>/site.yaml")
+    sys.stdout.flush()
+
+
+def _clear_context(fed: EmbeddedFederation) -> None:
+    path = context.context_path()
+    ctx = context.load(path, required=False) if path.exists() else None
+    if ctx is not None and ctx.up_pid == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+@click.command(help="Stop the embedded federation that `cairn up` started (from the context "
+                    "file).")
+@click.option("--timeout", type=float, default=20.0, show_default=True)
+def down(timeout: float) -> None:
+    path = context.context_path()
+    ctx = context.load(path, required=False) if path.exists() else None
+    if ctx is None or ctx.up_pid is None:
+        raise NotFound(f"no running federation recorded in {path}")
+    try:
+        os.kill(ctx.up_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        path.unlink(missing_ok=True)
+        raise NotFound(f"cairn up (pid {ctx.up_pid}) is not running; removed {path}") from None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(ctx.up_pid, 0)
+        except ProcessLookupError:
+            click.echo("federation stopped")
+            return
+        time.sleep(0.1)
+    raise CairnError(f"cairn up (pid {ctx.up_pid}) did not stop within {timeout:g}s")

@@ -1,0 +1,188 @@
+"""An embedded federation on one machine: a private nats-server, a coordinator, and a hub and
+sites each run by one `cairn run agent launcher` process. For demos, development and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from cairn import context, subjects
+from cairn.errors import Timeout, Unavailable
+from cairn.natsserver import NatsServer
+
+DEFAULT_SITES = ("hub", "site-a", "site-b")
+DEFAULT_STUDY = "demo"
+DEFAULT_ADMIN = "admin@coord"
+SITE_SERVICES = ("agent", "launcher")
+
+
+@dataclass
+class Process:
+    name: str
+    site: str
+    services: tuple[str, ...]
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class EmbeddedFederation:
+    """Files and processes of one embedded federation under `dir`."""
+
+    dir: Path
+    sites: tuple[str, ...] = DEFAULT_SITES
+    study: str = DEFAULT_STUDY
+    port: int = 0
+    heartbeat_s: float = 0.5
+    extra_env: dict[str, str] = field(default_factory=dict)
+    nats: NatsServer | None = None
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def hub(self) -> str:
+        return self.sites[0]
+
+    def site_dir(self, site: str) -> Path:
+        return self.dir / "sites" / site
+
+    def site_config(self, site: str) -> Path:
+        return self.site_dir(site) / "site.yaml"
+
+    @property
+    def federation_file(self) -> Path:
+        return self.dir / "federation.yaml"
+
+    # -- files ----------------------------------------------------------------------------
+
+    def write_files(self, url: str) -> None:
+        """Write federation.yaml, and site.yaml + local/study_runtime.yaml per site, unless an
+        operator already wrote them (their edits win)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.federation_file.exists():
+            fed = {
+                "federation": "local", "hub": self.hub,
+                "sites": [{"name": s, "org": "coord" if s == self.hub else f"org-{s}"}
+                          for s in self.sites],
+                "admins": [{"name": DEFAULT_ADMIN, "org": "coord", "role": "project_admin"}],
+                "studies": {self.study: {"sites": list(self.sites), "admins": [DEFAULT_ADMIN]}},
+            }
+            self.federation_file.write_text(yaml.safe_dump(fed, sort_keys=False))
+        cpus = max(2, os.cpu_count() or 2)
+        for site in self.sites:
+            sdir = self.site_dir(site)
+            (sdir / "local").mkdir(parents=True, exist_ok=True)
+            (sdir / "data" / "shared").mkdir(parents=True, exist_ok=True)
+            cfg = {"site": site, "federation": url, "worker_nats_url": url,
+                   "backend": "process", "inventory": {"gpus": 0, "cpus": cpus * 2,
+                                                       "memory": "8Gi"},
+                   "workdir": str((sdir / "work").resolve()),
+                   "runtime": "local/study_runtime.yaml"}
+            (sdir / "site.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+            runtime = sdir / "local" / "study_runtime.yaml"
+            if not runtime.exists():
+                studies = {
+                    self.study: {
+                        "datasets": {"shared": {"source": str((sdir / "data" / "shared")
+                                                              .resolve()), "mode": "rw"}},
+                        "env": {"TZ": "UTC"},
+                        "limits": {"gpus": 0, "cpus": cpus * 2, "memory": "8Gi",
+                                   "concurrent_jobs": 4},
+                    },
+                    "validation": {"limits": {"cpus": cpus * 2, "memory": "8Gi",
+                                              "concurrent_jobs": 1}},
+                }
+                runtime.write_text(yaml.safe_dump({"format": 1, "studies": studies},
+                                                  sort_keys=False))
+
+    # -- processes ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.nats = NatsServer(self.dir / "nats", port=self.port).start()
+        url = self.nats.url
+        self.write_files(url)
+        logs = self.dir / "logs"
+        logs.mkdir(exist_ok=True)
+        self._spawn("coordinator", self.hub, ("coordinator",),
+                    ["--federation", str(self.federation_file)])
+        for site in self.sites:
+            self._spawn(f"site-{site}", site, SITE_SERVICES,
+                        ["--site-config", str(self.site_config(site))])
+
+    def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str]) -> None:
+        assert self.nats is not None
+        log = self.dir / "logs" / f"{name}.log"
+        env = {**os.environ, "CAIRN_NATS_URL": self.nats.url, "PYTHONUNBUFFERED": "1",
+               **self.extra_env}
+        env.pop("CAIRN_CONTEXT", None)
+        cmd = [sys.executable, "-m", "cairn", "run", *services, "--site", site,
+               "--heartbeat", str(self.heartbeat_s), *args]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.processes.append(Process(name, site, services, proc, log))
+
+    def expected(self) -> list[tuple[str, str]]:
+        return [(svc, p.site) for p in self.processes for svc in p.services]
+
+    async def wait_healthy(self, timeout: float = 30.0) -> float:
+        """Ping every service's health subject until all say ready; returns seconds taken."""
+        from cairn.bus import Bus
+
+        assert self.nats is not None
+        t0 = time.monotonic()
+        bus = await Bus.connect(self.nats.url, name="cairn-up", retry_for=timeout)
+        try:
+            pending = set(self.expected())
+            while pending:
+                for proc in self.processes:
+                    if proc.proc.poll() is not None:
+                        raise Unavailable(f"{proc.name} exited with {proc.proc.returncode}; "
+                                          f"see {proc.log}")
+                for svc, site in list(pending):
+                    try:
+                        reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
+                    except Exception:
+                        continue
+                    if msgspec.json.decode(reply).get("ready"):
+                        pending.discard((svc, site))
+                if pending and time.monotonic() - t0 > timeout:
+                    raise Timeout(f"not healthy after {timeout:g}s: "
+                                  + ", ".join(f"{s}@{t}" for s, t in sorted(pending)))
+                if pending:
+                    await asyncio.sleep(0.02)
+        finally:
+            await bus.close()
+        return time.monotonic() - t0
+
+    def write_context(self, path: Path | None = None) -> Path:
+        assert self.nats is not None
+        ctx = context.Context(nats_url=self.nats.url, federation="local", study=self.study,
+                              actor=DEFAULT_ADMIN, dir=str(self.dir.resolve()),
+                              up_pid=os.getpid(), hub=self.hub, sites=list(self.sites))
+        return context.save(ctx, path)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        for p in self.processes:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.processes:
+            try:
+                p.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.wait(5)
+        self.processes.clear()
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None

@@ -1,0 +1,90 @@
+"""The check catalog (recipes/checks.yaml): every check a recipe may name, as data.
+
+The validator reads this to know what a check is: the phase it belongs to, whether it needs a
+GPU, its default timeout, and the readings it emits (which the phase's constraints test, e.g.
+`nccl-all-reduce-bw >= 300`). Recipes are checked against it at load, so a recipe cannot name
+a check that no validator implements.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+
+from cairn import yamlfile
+from cairn.errors import InvalidInput
+from cairn.recipes.model import Phase
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+class CheckDefinition(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """One entry of the check catalog."""
+
+    name: str
+    phase: Phase
+    needs_gpu: bool
+    timeout: str
+    """Default timeout, Go-style (`90s`, `5m`, `1h30m`); a recipe may override it."""
+    description: str
+    emits: dict[str, str] = {}
+    """Reading name -> unit, for the phase constraints that test this check's result."""
+    multi_node: bool = False
+
+    @property
+    def timeout_seconds(self) -> int:
+        return parse_duration(self.timeout)
+
+
+class CheckCatalogFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    checks: list[CheckDefinition]
+
+
+def parse_duration(text: str) -> int:
+    """`90s` -> 90, `5m` -> 300, `1h30m` -> 5400.
+
+    Raises:
+        InvalidInput: the text is not a positive duration in h/m/s.
+    """
+    match = _DURATION.match(text.strip()) if text else None
+    if not match or not any(match.groups()):
+        raise InvalidInput(f"{text!r} is not a duration (use e.g. 90s, 5m, 1h30m)", field="timeout")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise InvalidInput("a timeout must be longer than 0s", field="timeout")
+    return total
+
+
+def load_checks(path: str | Path) -> dict[str, CheckDefinition]:
+    """Load recipes/checks.yaml into name -> definition (sorted by name).
+
+    Raises:
+        InvalidInput: a malformed file, a duplicate name or a bad timeout (naming the file).
+    """
+    doc = yamlfile.parse(
+        Path(path).read_text(encoding="utf-8") if Path(path).is_file() else "", str(path)
+    )
+    if doc.data is None:
+        raise InvalidInput("missing or empty check catalog", file=str(path))
+    spec = yamlfile.convert(doc, CheckCatalogFile)
+    out: dict[str, CheckDefinition] = {}
+    for index, check in enumerate(spec.checks):
+        line = doc.line_of(("checks", index))
+        if check.name in out:
+            raise InvalidInput(
+                f"duplicate check {check.name!r}",
+                file=str(path),
+                line=line,
+                field=f"checks[{index}].name",
+            )
+        try:
+            parse_duration(check.timeout)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                exc.message, file=str(path), line=line, field=f"checks[{index}].timeout"
+            ) from None
+        out[check.name] = check
+    return dict(sorted(out.items()))

@@ -1,0 +1,249 @@
+"""`local/study_runtime.yaml` (the site operator's, per study): model and loader.
+
+It is the site's whole say over a study: which images may run, which datasets are mounted
+(read-only unless `mode: rw`), what env and secret references a worker gets, how much the study
+may use here, and per-backend settings. A study missing from the file gets nothing at the site.
+
+`validation` is the reserved study for recipe check jobs (the validator's own jobs): a site
+that wants to be validated lists it, usually with a checks image and generous limits.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from cairn.errors import InvalidInput
+from cairn.spec._located import Located
+from cairn.spec.images import image_problem
+from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
+from cairn.yamlfile import PathKey, convert, parse
+
+VALIDATION_STUDY = "validation"
+FORMAT = 1
+_Scalar = int | float | str
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The worker's environment contract (DESIGN.md) that site env must not shadow either.
+_CONTRACT = ("CAIRN_", "TRACEPARENT")
+_SECRET_SOURCE = re.compile(r"^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/\S+|k8s:[a-z0-9.-]+/\S+)$")
+_PATTERN = re.compile(r"^[A-Za-z0-9._/:@*?\[\]-]+$")
+
+
+class ImagePolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`default` runs when a job names no image and is approved implicitly; `approved` holds
+    fnmatch patterns on the full reference (`*@sha256:*` patterns require a digest)."""
+
+    default: str | None = None
+    approved: tuple[str, ...] = ()
+
+
+class Dataset(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Mounted at `$CAIRN_DATA/<name>`. `source` is an absolute host path, or `pvc:<claim>`
+    on Kubernetes."""
+
+    source: str
+    mode: Literal["ro", "rw"] = "ro"
+
+
+class SecretRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where the launcher reads a secret at launch: `env:VAR`, `file:/path` or
+    `k8s:secret/key`. The value itself never leaves the launcher."""
+
+    source: str
+
+    @property
+    def kind(self) -> str:
+        return self.source.split(":", 1)[0]
+
+    @property
+    def ref(self) -> str:
+        return self.source.split(":", 1)[1]
+
+
+class DockerPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    network: str | None = None
+    shm_size: str | None = None
+    user: str | None = None
+    runtime: str | None = None
+
+
+class KubernetesPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`pod_template` is resolved to an absolute path (relative to the runtime file)."""
+
+    namespace: str | None = None
+    service_account: str | None = None
+    node_selector: dict[str, str] = {}
+    tolerations: tuple[dict[str, Any], ...] = ()
+    pod_template: str | None = None
+
+
+class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`time` is Slurm's own format (`02:00:00`); `sandbox` names the container runtime used
+    inside the allocation (`none`, `apptainer`, `enroot`...)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+    sandbox: str = "none"
+
+
+class StudyLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The most a study may hold at this site at once; None is no limit beyond the inventory."""
+
+    gpus: int | None = None
+    millicpus: int | None = None
+    memory_bytes: int | None = None
+    concurrent_jobs: int | None = None
+
+
+class _RawLimits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    gpus: _Scalar | None = None
+    cpus: _Scalar | None = None
+    memory: _Scalar | None = None
+    concurrent_jobs: int | None = None
+
+
+class _RawPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    images: ImagePolicy = msgspec.field(default_factory=ImagePolicy)
+    datasets: dict[str, Dataset] = {}
+    env: dict[str, str] = {}
+    secret_env: dict[str, SecretRef] = {}
+    limits: _RawLimits | None = None
+    docker: DockerPolicy | None = None
+    kubernetes: KubernetesPolicy | None = None
+    slurm: SlurmPolicy | None = None
+
+
+class _RawRuntime(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    format: int
+    studies: dict[str, _RawPolicy]
+
+
+class StudyPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """What one study gets at this site (see the module docstring)."""
+
+    images: ImagePolicy = msgspec.field(default_factory=ImagePolicy)
+    datasets: dict[str, Dataset] = {}
+    env: dict[str, str] = {}
+    secret_env: dict[str, SecretRef] = {}
+    limits: StudyLimits = msgspec.field(default_factory=StudyLimits)
+    docker: DockerPolicy | None = None
+    kubernetes: KubernetesPolicy | None = None
+    slurm: SlurmPolicy | None = None
+
+
+class StudyRuntime(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed study_runtime.yaml: study name -> policy."""
+
+    format: int
+    studies: dict[str, StudyPolicy]
+
+
+def load_study_runtime(path: str | Path) -> StudyRuntime:
+    """Read a study_runtime.yaml; `pod_template` is resolved against its folder.
+
+    Raises:
+        InvalidInput: naming file, line and field.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput("file not found", file=str(p)) from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+    return parse_study_runtime(text, str(p), p.resolve().parent)
+
+
+def parse_study_runtime(text: str, file: str, base_dir: str | Path) -> StudyRuntime:
+    doc = parse(text, file)
+    if doc.data is None:
+        raise InvalidInput("the file is empty", file=file)
+    where = Located(doc)
+    raw = convert(doc, _RawRuntime)
+    if raw.format != FORMAT:
+        raise where.error(
+            ("format",), f"format {raw.format} is not known; this Cairn reads format {FORMAT}"
+        )
+    studies = {
+        where.name(("studies", name), name, "study"): _policy(
+            where, ("studies", name), policy, Path(base_dir)
+        )
+        for name, policy in raw.studies.items()
+    }
+    return StudyRuntime(format=raw.format, studies=studies)
+
+
+def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPolicy:
+    images = raw.images
+    if images.default is not None and (problem := image_problem(images.default)):
+        raise where.error((*at, "images", "default"), problem)
+    for index, pattern in enumerate(images.approved):
+        if not pattern or not _PATTERN.fullmatch(pattern):
+            raise where.error(
+                (*at, "images", "approved", index), f"{pattern!r} is not an image pattern"
+            )
+    for name, dataset in raw.datasets.items():
+        where.name((*at, "datasets", name), name, "dataset")
+        if not (
+            dataset.source.startswith("/")
+            or re.fullmatch(r"pvc:[a-z0-9.-]+(/\S*)?", dataset.source)
+        ):
+            raise where.error(
+                (*at, "datasets", name, "source"),
+                f"{dataset.source!r}: use an absolute path or pvc:<claim>",
+            )
+    for key in raw.env:
+        _env_name(where, (*at, "env", key), key)
+    for key, ref in raw.secret_env.items():
+        _env_name(where, (*at, "secret_env", key), key)
+        if key in raw.env:
+            raise where.error((*at, "secret_env", key), "also set in env; name it once")
+        if not _SECRET_SOURCE.fullmatch(ref.source):
+            raise where.error(
+                (*at, "secret_env", key, "source"),
+                f"{ref.source!r}: use env:VAR, file:/path or k8s:secret/key",
+            )
+    kube = raw.kubernetes
+    if kube is not None and kube.pod_template is not None:
+        kube = msgspec.structs.replace(kube, pod_template=str((base / kube.pod_template).resolve()))
+    return StudyPolicy(
+        images=images,
+        datasets=raw.datasets,
+        env=raw.env,
+        secret_env=raw.secret_env,
+        limits=_limits(where, at, raw.limits),
+        docker=raw.docker,
+        kubernetes=kube,
+        slurm=raw.slurm,
+    )
+
+
+def _limits(where: Located, at: PathKey, raw: _RawLimits | None) -> StudyLimits:
+    if raw is None:
+        return StudyLimits()
+    lim = (*at, "limits")
+    if raw.concurrent_jobs is not None and raw.concurrent_jobs < 0:
+        raise where.error((*lim, "concurrent_jobs"), "must be 0 or more")
+    return StudyLimits(
+        gpus=None if raw.gpus is None else where.check((*lim, "gpus"), parse_gpus, raw.gpus),
+        millicpus=None if raw.cpus is None else where.check((*lim, "cpus"), parse_cpus, raw.cpus),
+        memory_bytes=None
+        if raw.memory is None
+        else where.check((*lim, "memory"), parse_memory, raw.memory),
+        concurrent_jobs=raw.concurrent_jobs,
+    )
+
+
+def _env_name(where: Located, path: PathKey, key: str) -> None:
+    if not _ENV_NAME.fullmatch(key):
+        raise where.error(path, f"{key!r} is not an environment variable name")
+    if key.upper().startswith(_CONTRACT):
+        raise where.error(
+            path,
+            f"{key!r} would shadow the worker contract (CAIRN_*, TRACEPARENT are set by Cairn)",
+        )

@@ -1,0 +1,176 @@
+"""The site config (`site.yaml`, the site operator's file): model and loader.
+
+The inventory is what the agent may allocate. Omitted (wholly or per field), it is
+discovered: CPUs from the process's CPU affinity, memory from /proc/meminfo, GPUs from
+`gpu_ids` (their count) or 0; GPUs are never guessed, since an agent that hands out GPUs the
+operator did not mean to share is worse than one that hands out none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from cairn.errors import InvalidInput
+from cairn.spec._located import Located
+from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
+from cairn.spec.resources import ResourceRequest
+from cairn.yamlfile import convert, parse
+
+Backend = Literal["process", "docker", "kubernetes", "slurm"]
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+DEFAULT_RUNTIME = "local/study_runtime.yaml"
+_Scalar = int | float | str
+
+
+class _RawInventory(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    gpus: _Scalar | None = None
+    cpus: _Scalar | None = None
+    memory: _Scalar | None = None
+
+
+class _RawSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    site: str
+    federation: str
+    worker_nats_url: str | None = None
+    backend: Backend
+    inventory: _RawInventory | None = None
+    workdir: str
+    runtime: str = DEFAULT_RUNTIME
+    gpu_ids: list[str | int] | None = None
+
+
+class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed site config.
+
+    Attributes:
+        site: Site name (name rule); must be in federation.yaml.
+        federation: NATS URL(s) the agent and launcher connect to.
+        worker_nats_url: NATS URL workers use; defaults to `federation`.
+        backend: How workers run: process, docker, kubernetes or slurm.
+        inventory: What the agent may allocate, discovered where not written.
+        workdir: Absolute folder for worker working dirs and launch record caches.
+        runtime: Absolute path of the study_runtime.yaml (relative ones are resolved against
+            the site.yaml's folder).
+        gpu_ids: GPU indexes or UUIDs the agent hands out (CUDA_VISIBLE_DEVICES), if given.
+    """
+
+    site: str
+    federation: str
+    worker_nats_url: str
+    backend: Backend
+    inventory: ResourceRequest
+    workdir: str
+    runtime: str
+    gpu_ids: tuple[str, ...] = ()
+
+
+def discover_inventory() -> ResourceRequest:
+    """CPUs this process may run on and the machine's memory; GPUs 0 (never guessed)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return ResourceRequest(gpus=0, millicpus=(cpus or 1) * 1000, memory_bytes=_mem_total())
+
+
+def _mem_total() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    # Without /proc (not Linux), fall back to sysconf, which most Unixes have.
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def load_site_config(
+    path: str | Path, *, discover: Callable[[], ResourceRequest] = discover_inventory
+) -> SiteConfig:
+    """Read `site.yaml`; relative `workdir` and `runtime` are resolved against its folder.
+
+    Args:
+        discover: Inventory discovery, replaceable in tests; called only when needed.
+
+    Raises:
+        InvalidInput: naming file, line and field.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput("file not found", file=str(p)) from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+    return parse_site_config(text, str(p), p.resolve().parent, discover=discover)
+
+
+def parse_site_config(
+    text: str,
+    file: str,
+    base_dir: str | Path,
+    *,
+    discover: Callable[[], ResourceRequest] = discover_inventory,
+) -> SiteConfig:
+    doc = parse(text, file)
+    if doc.data is None:
+        raise InvalidInput("the file is empty", file=file)
+    where = Located(doc)
+    raw = convert(doc, _RawSite)
+    base = Path(base_dir)
+    gpu_ids = tuple(str(g) for g in raw.gpu_ids or ())
+    for index, gpu in enumerate(gpu_ids):
+        if not gpu.strip() or "," in gpu:
+            raise where.error(("gpu_ids", index), f"{gpu!r} is not a GPU index or UUID")
+    if len(set(gpu_ids)) != len(gpu_ids):
+        raise where.error(("gpu_ids",), "a GPU is listed twice")
+    return SiteConfig(
+        site=where.name(("site",), raw.site, "site"),
+        federation=_nats_url(where, "federation", raw.federation),
+        worker_nats_url=_nats_url(where, "worker_nats_url", raw.worker_nats_url or raw.federation),
+        backend=raw.backend,
+        inventory=_inventory(where, raw.inventory, gpu_ids, discover),
+        workdir=str((base / Path(raw.workdir).expanduser()).resolve()),
+        runtime=str((base / raw.runtime).resolve()),
+        gpu_ids=gpu_ids,
+    )
+
+
+def _inventory(
+    where: Located,
+    raw: _RawInventory | None,
+    gpu_ids: tuple[str, ...],
+    discover: Callable[[], ResourceRequest],
+) -> ResourceRequest:
+    raw = raw or _RawInventory()
+    at = ("inventory",)
+    gpus = None if raw.gpus is None else where.check((*at, "gpus"), parse_gpus, raw.gpus)
+    if gpus is not None and gpu_ids and gpus != len(gpu_ids):
+        raise where.error((*at, "gpus"), f"{gpus} GPUs but gpu_ids lists {len(gpu_ids)}")
+    cpus = None if raw.cpus is None else where.check((*at, "cpus"), parse_cpus, raw.cpus)
+    memory = None if raw.memory is None else where.check((*at, "memory"), parse_memory, raw.memory)
+    found = discover() if cpus is None or memory is None else None
+    return ResourceRequest(
+        gpus=gpus if gpus is not None else len(gpu_ids),
+        millicpus=cpus if cpus is not None else found.millicpus if found else 0,
+        memory_bytes=memory if memory is not None else found.memory_bytes if found else 0,
+    )
+
+
+def _nats_url(where: Located, field: str, value: str) -> str:
+    """One URL or a comma-separated list, each nats://, tls://, ws:// or wss:// with a host."""
+    for url in value.split(","):
+        parts = urlsplit(url.strip())
+        if parts.scheme not in NATS_SCHEMES or not parts.hostname:
+            raise where.error(
+                (field,), f"{url.strip()!r} is not a NATS URL (example: nats://hub.example:4222)"
+            )
+        try:
+            parts.port  # noqa: B018 - urlsplit checks the port only when asked
+        except ValueError:
+            raise where.error((field,), f"{url.strip()!r} has a bad port") from None
+    return value

@@ -1,0 +1,266 @@
+"""The coordinator's decisions: pure functions of state and the clock.
+
+Decisions are level-triggered: `decide_job` looks at a job's folded state and returns the
+events that move it on. Every event it returns has a deterministic id, so running it twice
+(after a restart, or before its own last events came back) publishes nothing new: JetStream
+drops the duplicate and the state check stops the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypedDict
+
+from cairn.events import (
+    CancelCommand,
+    DeployCommand,
+    Deployment,
+    Event,
+    Heartbeat,
+    JobAborted,
+    JobCompleted,
+    JobDispatched,
+    JobFailed,
+    JobQueued,
+    JobRunning,
+    JobUnschedulable,
+    Resources,
+    RoleRequest,
+)
+from cairn.state.job import JobState, WorkerState
+from cairn.state.study import StudyState
+
+SOURCE = "coordinator@hub"
+
+
+@dataclass(frozen=True)
+class SiteStatus:
+    """What the coordinator knows of a site right now."""
+
+    name: str
+    online: bool
+    free: Resources
+    last_seen: datetime | None = None
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    now: datetime
+    hub: str
+    sites: Mapping[str, SiteStatus]
+    cancel_grace_s: float = 10.0
+
+
+class _Base(TypedDict):
+    id: str
+    at: datetime
+    source: str
+    study: str
+    cause: str | None
+
+
+def _base(job: JobState, what: str, now: datetime) -> _Base:
+    """Envelope of a decision: its id is `<job>.<what>`, the same every time it is made."""
+    return {"id": f"{job.job}.{what}", "at": now, "source": SOURCE, "study": job.study,
+            "cause": job.spec.id}
+
+
+def role_candidates(role: RoleRequest, study: StudyState, hub: str) -> list[str]:
+    if role.placement == "hub":
+        return [hub]
+    if role.sites:
+        return [s for s in role.sites if s in study.sites]
+    return [s for s in study.sites if s != hub]
+
+
+def role_need(role: RoleRequest, candidates: list[str]) -> int:
+    if role.placement == "hub":
+        return 1
+    return role.min_sites if role.min_sites is not None else max(1, len(candidates))
+
+
+def _fits(free: Resources, want: Resources) -> bool:
+    return (free.gpus >= want.gpus and free.millicpus >= want.millicpus
+            and free.memory_bytes >= want.memory_bytes)
+
+
+def _minus(a: Resources, b: Resources) -> Resources:
+    return Resources(gpus=a.gpus - b.gpus, millicpus=a.millicpus - b.millicpus,
+                     memory_bytes=a.memory_bytes - b.memory_bytes)
+
+
+def _why_not(site: SiteStatus | None, want: Resources, free: Resources) -> str:
+    if site is None or not site.online:
+        return "offline (no recent heartbeat)"
+    lacks = []
+    if free.gpus < want.gpus:
+        lacks.append(f"gpus {free.gpus} free < {want.gpus}")
+    if free.millicpus < want.millicpus:
+        lacks.append(f"cpus {free.millicpus / 1000:g} free < {want.millicpus / 1000:g}")
+    if free.memory_bytes < want.memory_bytes:
+        lacks.append(f"memory {free.memory_bytes >> 20}Mi free < {want.memory_bytes >> 20}Mi")
+    return "not enough capacity: " + ", ".join(lacks)
+
+
+def schedule(job: JobState, study: StudyState, ctx: Context
+             ) -> tuple[list[Deployment] | None, dict[str, str]]:
+    """Place every role, or say per site why it cannot be placed yet."""
+    free = {name: s.free for name, s in ctx.sites.items()}
+    deployments: list[Deployment] = []
+    reasons: dict[str, str] = {}
+    for role in job.spec.roles:
+        candidates = role_candidates(role, study, ctx.hub)
+        need = role_need(role, candidates)
+        placed = 0
+        for site in candidates:
+            status = ctx.sites.get(site)
+            avail = free.get(site, Resources(gpus=0, millicpus=0, memory_bytes=0))
+            if status is not None and status.online and _fits(avail, role.resources):
+                free[site] = _minus(avail, role.resources)
+                deployments.append(Deployment(site=site, role=role.name, rank=placed))
+                placed += 1
+            else:
+                reasons[site] = f"{role.name}: {_why_not(status, role.resources, avail)}"
+        if placed < need:
+            reasons.setdefault("*", f"{role.name}: {placed} of {need} sites available")
+            return None, reasons
+    return deployments, {}
+
+
+def deploy_commands(job: JobState, deployments: list[Deployment], now: datetime) -> list[Event]:
+    roles = {r.name: r for r in job.spec.roles}
+    peers = len(deployments)
+    out: list[Event] = []
+    for d in deployments:
+        role = roles[d.role]
+        base = _base(job, f"deploy.{d.site}.{d.role}.{d.rank}.{d.attempt}", now)
+        out.append(DeployCommand(**base, actor=job.actor, job=job.job, site=d.site,
+                                 role=d.role, rank=d.rank, attempt=d.attempt,
+                                 entrypoint=role.entrypoint, resources=role.resources,
+                                 image=job.spec.image, code_digest=job.spec.code_digest,
+                                 params=job.spec.params, timeout_s=job.spec.timeout_s,
+                                 peers=peers))
+    return out
+
+
+def _cancels(job: JobState, now: datetime, reason: str, grace_s: float) -> list[Event]:
+    sites = sorted({w.site for w in job.workers.values()
+                    if w.state not in ("exited", "rejected")})
+    return [CancelCommand(**_base(job, f"cancel.{site}", now), job=job.job,
+                          site=site, reason=reason, grace_s=grace_s) for site in sites]
+
+
+def _end(job: JobState, now: datetime, kind: str, cause: str | None = None,
+         message: str = "") -> Event:
+    base = _base(job, "end", now)
+    if kind == "completed":
+        return JobCompleted(**base, job=job.job)
+    if kind == "aborted":
+        return JobAborted(**base, job=job.job, reason=cause or "cancelled", message=message)
+    return JobFailed(**base, job=job.job, reason=cause or "infrastructure", message=message)
+
+
+def _failed(w: WorkerState, ctx: Context) -> bool:
+    if w.failed:
+        return True
+    site = ctx.sites.get(w.site)
+    return w.state not in ("exited", "rejected") and (site is None or site.lost)
+
+
+def _role_verdict(job: JobState, role: RoleRequest, study: StudyState | None,
+                  ctx: Context) -> tuple[str, str | None, str]:
+    """('ok' | 'running' | 'failed', cause, message) for one role."""
+    workers = [w for w in job.workers.values() if w.role == role.name]
+    if not workers:
+        return "ok", None, ""
+    total = len(workers)
+    need = 1 if role.placement == "hub" else (role.min_sites or total)
+    failed = [w for w in workers if _failed(w, ctx)]
+    done_ok = [w for w in workers if w.state == "exited" and w.exit_code == 0]
+    if total - len(failed) < need:
+        first = sorted(failed, key=lambda w: (w.updated_at or ctx.now, w.key))[0]
+        cause = first.cause or ("site-lost" if not first.failed else "crashed")
+        rejected = [w for w in failed if w.state == "rejected"]
+        if rejected:
+            cause = rejected[0].cause or "site-policy"
+            first = rejected[0]
+        elif cause not in ("timeout", "cancelled") and (role.min_sites is not None
+                                                           and total > need):
+            cause = "too-few-sites"
+        detail = first.message or (f"exit code {first.exit_code}"
+                                   if first.exit_code is not None else cause)
+        message = (f"{role.name} at {first.site}: {detail}"
+                   + (f" ({total - len(failed)} of {need} needed remain)"
+                      if cause == "too-few-sites" else ""))
+        return "failed", cause, message
+    if all(w.state in ("exited", "rejected") or _failed(w, ctx) for w in workers):
+        return ("ok" if len(done_ok) >= need else "failed"), None, ""
+    return "running", None, ""
+
+
+def decide_job(job: JobState, study: StudyState | None, ctx: Context) -> list[Event]:
+    """The events that move `job` on, given the sites as they are now."""
+    if job.terminal:
+        return []
+    now = ctx.now
+    if job.cancel_requested:
+        if job.dispatched_at is None:
+            return [_end(job, now, "aborted", "cancelled", "cancelled before dispatch")]
+        live = [w for w in job.workers.values() if w.state not in ("exited", "rejected")
+                and not _failed(w, ctx)]
+        if not live:
+            return [_end(job, now, "aborted", "cancelled", "cancelled")]
+        return _cancels(job, now, "cancelled", ctx.cancel_grace_s)
+    if job.state in ("submitted", "queued"):
+        return _decide_pending(job, study, ctx)
+    started = job.dispatched_at or job.submitted_at
+    if now - started > timedelta(seconds=job.spec.timeout_s):
+        return [_end(job, now, "failed", "timeout",
+                     f"job ran past its timeout of {job.spec.timeout_s:g}s"),
+                *_cancels(job, now, "timeout", ctx.cancel_grace_s)]
+    out: list[Event] = []
+    if job.state == "dispatched" and any(w.state in ("running", "exited")
+                                         for w in job.workers.values()):
+        out.append(JobRunning(**_base(job, "running", now), job=job.job))
+    verdicts = [(_role_verdict(job, r, study, ctx), r) for r in job.spec.roles]
+    for (verdict, cause, message), _role in verdicts:
+        if verdict == "failed":
+            return [*out, _end(job, now, "failed", cause or "crashed", message),
+                    *_cancels(job, now, "job failed", ctx.cancel_grace_s)]
+    hub_roles = [r for r in job.spec.roles if r.placement == "hub"]
+    hub_done = hub_roles and all(v[0] == "ok" for v, r in verdicts if r.placement == "hub")
+    if all(v[0] == "ok" for v, _ in verdicts) or hub_done:
+        # The server role finishing ends an FL job: clients still running are stopped.
+        return [*out, _end(job, now, "completed"),
+                *_cancels(job, now, "job completed", ctx.cancel_grace_s)]
+    return out
+
+
+def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> list[Event]:
+    now = ctx.now
+    if study is None:
+        return [_end(job, now, "failed", "unschedulable", "the study does not exist")]
+    deployments, reasons = schedule(job, study, ctx)
+    if deployments is not None:
+        dispatched = JobDispatched(**_base(job, "dispatched", now), job=job.job,
+                                   deployments=deployments)
+        return [dispatched, *deploy_commands(job, deployments, now)]
+    if now - job.submitted_at > timedelta(seconds=job.spec.queue_timeout_s):
+        base = _base(job, "end", now)
+        return [JobUnschedulable(**base, job=job.job, reasons=reasons)]
+    if job.state == "submitted":
+        return [JobQueued(**_base(job, "queued", now), job=job.job, reasons=reasons)]
+    return []
+
+
+def site_status(hb: Heartbeat | None, seen: datetime | None, now: datetime, *,
+                stale_s: float, lost_s: float, name: str) -> SiteStatus:
+    if hb is None or seen is None:
+        return SiteStatus(name=name, online=False, free=Resources(gpus=0, millicpus=0,
+                                                                  memory_bytes=0), lost=True)
+    age = (now - seen).total_seconds()
+    return SiteStatus(name=name, online=age <= stale_s, free=hb.free, last_seen=seen,
+                      lost=age > lost_s)

@@ -1,0 +1,270 @@
+"""The coordinator: owns studies, membership, jobs and their state machine, and dispatch.
+
+State is a fold of the study streams (cairn.state); decisions (cairn.coordinator.decide) are
+made after every event and on a tick, and are idempotent, so a restarted coordinator simply
+folds, decides again, and carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import msgspec
+from cairn import api, subjects
+from cairn.bus import Delivery, kv, replay
+from cairn.coordinator.decide import Context, SiteStatus, decide_job, site_status
+from cairn.coordinator.requests import Requests
+from cairn.errors import CairnError, InvalidInput
+from cairn.events import (
+    FEDERATION_DECODER,
+    HEARTBEAT_DECODER,
+    STUDY_DECODER,
+    FederationSeeded,
+    FederationSite,
+    FederationSiteAdded,
+    Heartbeat,
+    StudyAdmin,
+    StudyCreated,
+    now,
+)
+from cairn.names import is_name
+from cairn.service import Runtime
+from cairn.state import view as study_view
+from cairn.state.study import StudyState
+from cairn.state.view import StudyView
+
+log = logging.getLogger("cairn.coordinator")
+SOURCE = "coordinator@hub"
+
+
+class CoordinatorService:
+    name: ClassVar[str] = "coordinator"
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        opts = config.options
+        self.stale_s = float(opts.get("site_stale_s", max(3.0, 3 * config.heartbeat_s)))
+        self.lost_s = float(opts.get("site_lost_s", 30.0))
+        self.tick_s = float(opts.get("tick_s", 0.5))
+        self.federation = ""
+        self.hub = "hub"
+        self.fed_sites: dict[str, str] = {}
+        self.admins: dict[str, StudyAdmin] = {}
+        self.views: dict[str, StudyView] = {}
+        self.applied: dict[str, int] = {}
+        self.heartbeats: dict[str, tuple[Heartbeat, datetime]] = {}
+        self._lock = asyncio.Lock()
+        self._ready = False
+        self.rt: Runtime | None = None
+
+    @property
+    def bus(self) -> Any:
+        assert self.rt is not None
+        return self.rt.bus
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def health(self) -> dict[str, Any]:
+        return {"studies": len(self.views),
+                "jobs": sum(len(v.jobs) for v in self.views.values())}
+
+    # -- start: fold, then consume --------------------------------------------------------
+
+    async def start(self, rt: Runtime) -> None:
+        self.rt = rt
+        await self._load_federation()
+        await self._seed()
+        for stream in await rt.bus.stream_names("STUDY_"):
+            await self.open_study(stream.removeprefix("STUDY_"))
+        await rt.consume(stream=subjects.FEDERATION_STREAM.name, durable="coordinator-fed",
+                         filters=[f"{subjects.ROOT}.fed.>"],
+                         decoder=FEDERATION_DECODER, handler=self._on_federation)
+        await self._load_heartbeats()
+        await rt.subscribe_core(subjects.heartbeat_all(), self._on_heartbeat)
+        await rt.serve(subjects.api_fed_all(), self._serve_fed)
+        await rt.serve(subjects.api_study_all(), self._serve_study)
+        rt.spawn(self._ticker(), "coordinator-tick")
+        self._ready = True
+        log.info("coordinator ready: federation %s, hub %s, %d studies, %d jobs",
+                 self.federation, self.hub, len(self.views),
+                 sum(len(v.jobs) for v in self.views.values()))
+
+    async def _load_federation(self) -> None:
+        async for item in replay(self.bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
+                                 filters=[f"{subjects.ROOT}.fed.>"]):
+            if item.event is not None:
+                self._apply_federation(item.event)
+
+    def _apply_federation(self, event: object) -> None:
+        match event:
+            case FederationSeeded():
+                self.federation, self.hub = event.federation, event.hub
+                self.fed_sites = {s.name: s.org for s in event.sites}
+                self.admins = {a.name: a for a in event.admins}
+            case FederationSiteAdded():
+                self.fed_sites[event.site.name] = event.site.org
+
+    async def _seed(self) -> None:
+        if self.federation or not self.config.federation:
+            return
+        from cairn.spec.federation import load_federation
+
+        fed = load_federation(self.config.federation)
+        admins = [msgspec.convert({"name": a.name, "org": a.org, "role": str(a.role)}, StudyAdmin)
+                  for a in fed.admins]
+        seeded = FederationSeeded(
+            id=f"federation.{fed.federation}.seeded", at=now(), source=SOURCE,
+            federation=fed.federation, hub=fed.hub,
+            sites=[FederationSite(name=s.name, org=s.org) for s in fed.sites], admins=admins)
+        await self.bus.publish(seeded)
+        self._apply_federation(seeded)
+        by_name = {a.name: a for a in admins}
+        for name, members in fed.studies.items():
+            await self.open_study(name)
+            if self.views[name].study is not None:
+                continue
+            await self.bus.publish(StudyCreated(
+                id=f"study.{name}.created", at=now(), source=SOURCE, study=name, name=name,
+                sites=list(members.sites), admins=[by_name[a] for a in members.admins]))
+        log.info("seeded federation %s from %s", fed.federation, self.config.federation)
+
+    async def open_study(self, study: str) -> None:
+        """Fold a study's stream and follow it (idempotent)."""
+        if study in self.views or not is_name(study):
+            return
+        assert self.rt is not None
+        await self.bus.ensure_study(study)
+        stream = subjects.study_stream(study).name
+        view = StudyView()
+        last = 0
+        async for item in replay(self.bus, stream, STUDY_DECODER):
+            last = item.seq
+            if item.event is not None:
+                view = study_view.apply(view, item.event)
+        self.views[study] = view
+        self.applied[stream] = last
+        await self.rt.consume(stream=stream, durable="coordinator",
+                              filters=[subjects.study_all(study)], decoder=STUDY_DECODER,
+                              handler=self._on_study_event)
+        async with self._lock:
+            for job in list(view.jobs.values()):
+                await self._decide(study, job.job)
+
+    # -- consuming ----------------------------------------------------------------------
+
+    async def _on_study_event(self, event: Any, d: Delivery) -> None:
+        study = event.study
+        if not study or study not in self.views:
+            return
+        if d.stream_seq <= self.applied.get(d.stream, 0):
+            return  # folded already at start
+        self.views[study] = study_view.apply(self.views[study], event)
+        self.applied[d.stream] = d.stream_seq
+        job = getattr(event, "job", None)
+        if isinstance(job, str):
+            async with self._lock:
+                await self._decide(study, job)
+
+    async def _on_federation(self, event: Any, d: Delivery) -> None:
+        self._apply_federation(event)
+
+    async def _on_heartbeat(self, msg: Any) -> None:
+        try:
+            hb = HEARTBEAT_DECODER.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("ignoring a malformed heartbeat on %s", msg.subject)
+            return
+        self.heartbeats[hb.site] = (hb, datetime.now(UTC))
+
+    async def _load_heartbeats(self) -> None:
+        sites = await kv(self.bus, subjects.KV_SITES, Heartbeat)
+        async for name, hb in sites.items():
+            self.heartbeats.setdefault(name, (hb, hb.at))
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def context(self) -> Context:
+        t = datetime.now(UTC)
+        sites: dict[str, SiteStatus] = {}
+        for name in set(self.fed_sites) | set(self.heartbeats):
+            hb, seen = self.heartbeats.get(name, (None, None))
+            sites[name] = site_status(hb, seen, t, stale_s=self.stale_s, lost_s=self.lost_s,
+                                      name=name)
+        return Context(now=t, hub=self.hub, sites=sites)
+
+    async def _decide(self, study: str, job_id: str, ctx: Context | None = None) -> None:
+        view = self.views[study]
+        job = view.jobs.get(job_id)
+        if job is None or job.terminal:
+            return
+        for event in decide_job(job, view.study, ctx or self.context()):
+            try:
+                await self.bus.publish(event)
+            except CairnError as exc:
+                log.warning("could not publish %s: %s", event.id, exc)
+                return
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            ctx = self.context()
+            async with self._lock:
+                for study, view in list(self.views.items()):
+                    for job in list(view.jobs.values()):
+                        if not job.terminal:
+                            await self._decide(study, job.job, ctx)
+
+    # -- requests -----------------------------------------------------------------------
+
+    async def _serve_fed(self, msg: Any) -> bytes:
+        verb = msg.subject.rsplit(".", 1)[1]
+        return await self._answer(msg, lambda req: Requests(self).fed(verb, req))
+
+    async def _serve_study(self, msg: Any) -> bytes:
+        parts = msg.subject.split(".")
+        study, verb = parts[3], parts[4]
+        return await self._answer(msg, lambda req: Requests(self).study(study, verb, req))
+
+    async def _answer(self, msg: Any, call: Any) -> bytes:
+        try:
+            req = api.REQUEST_DECODER.decode(msg.data) if msg.data else api.Request()
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidInput(f"malformed request: {exc}") from None
+        result = await call(req)
+        return api.REQUEST_ENCODER.encode(api.Reply(ok=True, result=result))
+
+    async def stop(self) -> None:
+        self._ready = False
+
+    # -- views for requests ---------------------------------------------------------------
+
+    def federation_info(self) -> api.FederationInfo:
+        return api.FederationInfo(
+            federation=self.federation, hub=self.hub, sites=tuple(sorted(self.fed_sites)),
+            admins=tuple(self.admins.values()),
+            studies=tuple(sorted(s for s, v in self.views.items() if v.study)))
+
+    def site_infos(self, study: StudyState | None, only: str | None = None
+                   ) -> list[api.SiteInfo]:
+        ctx = self.context()
+        names = list(study.sites) if study is not None else sorted(self.fed_sites)
+        out = []
+        for name in names:
+            if only is not None and name != only:
+                continue
+            hb, seen = self.heartbeats.get(name, (None, None))
+            status = ctx.sites.get(name)
+            studies = tuple(hb.studies) if hb else ()
+            if study is not None:
+                studies = tuple(s for s in studies if s == study.name)
+            out.append(api.SiteInfo(
+                name=name, org=self.fed_sites.get(name, ""),
+                online=bool(status and status.online), last_seen=seen,
+                backend=hb.backend if hb else "", capacity=hb.capacity if hb else None,
+                free=hb.free if hb else None, running=hb.running if hb else 0,
+                studies=studies, hub=name == self.hub))
+        return out

@@ -1,0 +1,236 @@
+"""The launcher's backend seam: what a backend is asked, what it answers, and how one is loaded.
+
+A backend turns a `LaunchSpec` into a running worker (a local process, a container, a pod, a
+batch job), watches it, cancels it, and after a launcher restart finds it again. It has no bus
+dependency: the launcher service turns its answers into events.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+from cairn.errors import InvalidInput
+from cairn.events.launch import DatasetMount
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Capability",
+    "DatasetMount",
+    "ExitCause",
+    "LaunchHandle",
+    "LaunchSpec",
+    "WorkerExit",
+    "load_backend",
+    "make_launch_id",
+]
+
+
+class Capability(enum.Flag):
+    """What a backend can do; the launcher and agent refuse what a site's backend cannot."""
+
+    GPU = enum.auto()
+    MULTI_NODE = enum.auto()
+    CONTAINERS = enum.auto()
+    CANCEL = enum.auto()
+    RECONCILE = enum.auto()
+    MEMORY_LIMIT = enum.auto()
+    CPU_AFFINITY = enum.auto()
+
+
+# The part of JOBSPEC's closed cause set that a backend can observe about one worker.
+ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "infrastructure"]
+
+
+def make_launch_id(job: str, site: str, role: str, rank: int, attempt: int) -> str:
+    """The deterministic launch id, `<job>/<site>/<role>/<rank>/<attempt>`.
+
+    Rank is part of it (as in `cairn.events.launch.LaunchRequested`) so that two client ranks
+    of one role at one site never share a working directory.
+    """
+    return f"{job}/{site}/{role}/{rank}/{attempt}"
+
+
+class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a backend needs to start one worker; secrets already resolved.
+
+    Attributes:
+        launch_id: `make_launch_id(...)`; the idempotency key and the workdir name.
+        job: Job id.
+        study: Study the job belongs to.
+        site: This site.
+        role: Role name (`server`, `client`, ...).
+        rank: Rank within the role at this site.
+        attempt: Attempt number, from 0.
+        entrypoint: A command string (split with `shlex`, no shell) or an argv list.
+            `python` resolves to the interpreter running the launcher.
+        code_dir: An unpacked code bundle; it becomes the top level of the working directory.
+        env: The worker environment contract (`CAIRN_*`, `TRACEPARENT`), computed by the
+            caller. The backend overrides `CAIRN_WORKDIR` and `CAIRN_DATA` with real paths.
+        study_env: The study's plain env from `study_runtime.yaml`; it never shadows `env`.
+        secret_env: Resolved secret values; never written to disk by a backend, masked in
+            `repr`. Do not persist or publish a `LaunchSpec`: record the `LaunchHandle`.
+        datasets: Dataset name -> mount; exposed as `$CAIRN_DATA/<name>`.
+        gpus: Device ids to expose; every other GPU is hidden.
+        cpus: CPU ids to pin to; None lets the backend pick `ceil(millicpus / 1000)`.
+        millicpus: CPU request in thousandths of a CPU; 0 means no pinning.
+        memory_bytes: Memory limit; 0 means none.
+        timeout_s: Wall-clock limit from start; None means none.
+    """
+
+    launch_id: str
+    job: str
+    study: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    entrypoint: str | list[str]
+    code_dir: str
+    env: dict[str, str] = {}
+    study_env: dict[str, str] = {}
+    secret_env: dict[str, str] = {}
+    datasets: dict[str, DatasetMount] = {}
+    gpus: list[str] = []
+    cpus: list[int] | None = None
+    millicpus: int = 0
+    memory_bytes: int = 0
+    timeout_s: float | None = None
+
+    def __repr__(self) -> str:
+        # Specs end up in logs and tracebacks; secret values must not.
+        masked = {key: "***" for key in self.secret_env}
+        fields = ", ".join(
+            f"{name}={masked if name == 'secret_env' else getattr(self, name)!r}"
+            for name in self.__struct_fields__
+        )
+        return f"LaunchSpec({fields})"
+
+
+class LaunchHandle(msgspec.Struct, frozen=True, kw_only=True):
+    """A started worker, as the launcher records it to find it again after a restart.
+
+    Attributes:
+        launch_id: The spec's launch id.
+        backend: Name of the backend that started it.
+        native_id: The backend's own id: a pid, a container id, a pod name, a Slurm job id.
+        workdir: The worker's working directory.
+        log_path: Where the worker's stdout and stderr are captured.
+        started_at: UTC time the worker was started.
+        start_ticks: Process start time in clock ticks since boot (`/proc/<pid>/stat` field
+            22), to tell our worker from a later process that reuses its pid; process backend.
+        memory_limit: The mechanism that holds the memory limit: `cgroup-v2`, `cgroup-v1`,
+            `rlimit-as` or `none`.
+        cgroup: The worker's cgroup directory, where one was made.
+        cpus: CPU ids the worker is pinned to; empty when not pinned.
+        timeout_s: The spec's timeout, so a restarted launcher still enforces it.
+    """
+
+    launch_id: str
+    backend: str
+    native_id: str
+    workdir: str
+    log_path: str
+    started_at: datetime
+    start_ticks: int | None = None
+    memory_limit: str = "none"
+    cgroup: str | None = None
+    cpus: list[int] = []
+    timeout_s: float | None = None
+
+
+class WorkerExit(msgspec.Struct, frozen=True, kw_only=True):
+    """How a worker ended.
+
+    Attributes:
+        launch_id: The spec's launch id.
+        exit_code: The worker's exit code; `128 + signal` when a signal killed it; None when
+            it is not known (it never started, or it ended unobserved without a record).
+        cause: None for exit 0, else one of `ExitCause`.
+        message: For people: what happened, and what held the limits.
+        ended_at: UTC time the backend saw it end.
+    """
+
+    launch_id: str
+    exit_code: int | None
+    cause: ExitCause | None
+    message: str = ""
+    ended_at: datetime
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One way to run workers. Every wait in an implementation is bounded."""
+
+    name: str
+    capabilities: Capability
+
+    async def launch(self, spec: LaunchSpec) -> LaunchHandle:
+        """Start a worker. Raises `LaunchFailed` when it could not be started."""
+        ...
+
+    async def wait(self, handle: LaunchHandle) -> WorkerExit:
+        """Wait for the worker to end; enforce its timeout; classify how it ended."""
+        ...
+
+    async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
+        """Ask the worker to stop, force it after `grace_s`; returns once it is gone."""
+        ...
+
+    async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
+        """After a launcher restart: the handle if it still runs (then `wait` works), else
+        how it ended while the launcher was down."""
+        ...
+
+    def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """The worker's captured output, in chunks; with `follow`, until the worker ends."""
+        ...
+
+    async def close(self) -> None:
+        """Stop watching (workers keep running: a restarted launcher reattaches)."""
+        ...
+
+
+# Name -> "module:class"; imported only when asked for, so a site that runs Slurm never
+# needs the Docker or Kubernetes client libraries installed.
+BACKENDS: dict[str, str] = {
+    "process": "cairn.launcher.backends.process:ProcessBackend",
+    "docker": "cairn.launcher.backends.docker:DockerBackend",
+    "kubernetes": "cairn.launcher.backends.kubernetes:KubernetesBackend",
+    "slurm": "cairn.launcher.backends.slurm:SlurmBackend",
+}
+
+
+def load_backend(name: str, **options: Any) -> Backend:
+    """Build the backend a site config names.
+
+    Raises:
+        InvalidInput: unknown name, a backend not available in this build, or bad options.
+    """
+    target = BACKENDS.get(name)
+    if target is None:
+        raise InvalidInput(
+            f"unknown backend {name!r}: use one of {', '.join(sorted(BACKENDS))}", field="backend"
+        )
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Our own module missing means "not built yet"; a missing dependency inside it is
+        # named, so the operator knows what to install.
+        if exc.name == module_name:
+            what = "is not available in this build yet"
+        else:
+            what = f"needs the Python package {exc.name!r} installed"
+        raise InvalidInput(f"backend {name!r} {what}", field="backend") from exc
+    cls = getattr(module, class_name)
+    try:
+        backend: Backend = cls(**options)
+    except TypeError as exc:
+        raise InvalidInput(f"bad options for backend {name!r}: {exc}", field="backend") from exc
+    return backend

@@ -1,0 +1,17 @@
+"""Errors a backend raises on purpose.
+
+CairnError
+├── InvalidInput            a spec the backend cannot honour (bad entrypoint, CPUs not ours)
+├── Conflict                the launch id's working directory already exists
+└── LaunchFailed            the worker could not be started (maps to cause `launch-failed`)
+"""
+
+from __future__ import annotations
+
+from cairn.errors import CairnError
+
+
+class LaunchFailed(CairnError):
+    """The worker could not be started; the launcher reports it with cause `launch-failed`."""
+
+    code = "launch-failed"

@@ -1,0 +1,334 @@
+"""The `process` backend: each worker is a local process, in its own session and directory.
+
+The worker runs under `_exitwrap.py` (see there) as the leader of a new session, so one
+`killpg` reaches everything it started, and its end is recorded in `.cairn/exit.json` even when
+the launcher is down. One watch task per worker polls it (every `poll_s`), enforces its
+timeout, and classifies its end; `wait` and `cancel` share that task, so only one place reaps.
+
+Timeouts count from `LaunchHandle.started_at` (wall clock), so a restarted launcher keeps
+enforcing them; a worker that overran while the launcher was down is stopped on reattach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import shutil
+import signal
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cairn.errors import InvalidInput
+from cairn.launcher.backends import _proc
+from cairn.launcher.backends._exitcause import Observed, classify
+from cairn.launcher.backends._memlimit import (
+    MECHANISMS,
+    Mechanism,
+    MemoryLimit,
+    apply_memory_limit,
+    memory_limit_mechanism,
+    oom_kills,
+    remove_cgroup,
+)
+from cairn.launcher.backends._spawn import spawn_worker
+from cairn.launcher.backends._workdir import (
+    LOG_NAME,
+    dir_name,
+    prepare_workdir,
+    read_chunk,
+    read_outcome,
+    worker_argv,
+    worker_env,
+)
+from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
+
+__all__ = ["ProcessBackend", "memory_limit_mechanism"]
+
+# After SIGKILL a process is gone in milliseconds unless stuck in the kernel (D state);
+# past this we stop waiting and report it rather than wait forever.
+KILL_WAIT_S = 30.0
+
+
+@dataclass
+class _Watch:
+    """One worker being watched; times are `loop.time()`."""
+
+    handle: LaunchHandle
+    pid: int
+    deadline: float | None
+    kill_at: float | None = None
+    give_up_at: float | None = None
+    cancelled: bool = False
+    timed_out: bool = False
+    task: asyncio.Task[WorkerExit] | None = None
+
+
+class ProcessBackend:
+    """Workers as local processes.
+
+    Args:
+        workdir: The site workdir; workers go under `<workdir>/workers/`.
+        grace_s: Time between SIGTERM and SIGKILL when a timeout stops a worker.
+        memory_limit: `auto` (the strongest that works, see `memory_limit_mechanism`) or one
+            of `cgroup-v2`, `cgroup-v1`, `rlimit-as`, `none`.
+        python: The interpreter that runs workers' `python` and the wrapper.
+        poll_s: How often a watch looks at its worker.
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        workdir: str | Path,
+        *,
+        grace_s: float = 10.0,
+        memory_limit: str = "auto",
+        python: str | None = None,
+        poll_s: float = 0.1,
+    ) -> None:
+        self.root = Path(workdir)
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.python = python or sys.executable
+        if memory_limit == "auto":
+            self.memory_mechanism: Mechanism = memory_limit_mechanism()
+        elif memory_limit in MECHANISMS:
+            self.memory_mechanism = memory_limit  # type: ignore[assignment]
+        else:
+            raise InvalidInput(
+                f"memory_limit {memory_limit!r}: use auto or one of {', '.join(MECHANISMS)}",
+                field="memory_limit",
+            )
+        self.capabilities = (
+            Capability.GPU | Capability.CANCEL | Capability.RECONCILE | Capability.CPU_AFFINITY
+        )
+        if self.memory_mechanism != "none":
+            self.capabilities |= Capability.MEMORY_LIMIT
+        self._watches: dict[str, _Watch] = {}
+        self._ended: dict[str, WorkerExit] = {}
+        self._cpu_load: Counter[int] = Counter()
+
+    async def launch(self, spec: LaunchSpec) -> LaunchHandle:
+        """Prepare the working directory and start the worker.
+
+        Raises:
+            InvalidInput: a bad entrypoint, or CPUs this launcher may not use.
+            Conflict: this launch id was launched before (reattach instead).
+            LaunchFailed: missing code or dataset, program not found, spawn failed.
+        """
+        cpus = self._pick_cpus(spec)
+        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
+        limit = MemoryLimit(mechanism="none")
+        try:
+            env = worker_env(spec, workdir, self.python)
+            argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
+            limit = await asyncio.to_thread(
+                apply_memory_limit,
+                dir_name(spec.launch_id),
+                spec.memory_bytes,
+                self.memory_mechanism,
+            )
+            pid = spawn_worker(self.python, argv, env, workdir, cpus, limit)
+        except BaseException:
+            # Nothing ran: leave no directory behind, so the same launch id may be retried.
+            await asyncio.to_thread(remove_cgroup, limit.cgroup)
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            raise
+        handle = LaunchHandle(
+            launch_id=spec.launch_id,
+            backend=self.name,
+            native_id=str(pid),
+            workdir=str(workdir),
+            log_path=str(workdir / LOG_NAME),
+            started_at=datetime.now(UTC),
+            start_ticks=_proc.start_ticks(pid),
+            memory_limit=limit.mechanism,
+            cgroup=limit.cgroup,
+            cpus=cpus,
+            timeout_s=spec.timeout_s,
+        )
+        self._start_watch(handle)
+        return handle
+
+    async def wait(self, handle: LaunchHandle) -> WorkerExit:
+        """Wait for the worker to end (bounded by its timeout) and say how it ended."""
+        ended = self._ended.get(handle.launch_id)
+        if ended is not None:
+            return ended
+        watch = self._watches.get(handle.launch_id)
+        if watch is None:
+            found = await self.reattach(handle)
+            if isinstance(found, WorkerExit):
+                return found
+            watch = self._watches[handle.launch_id]
+        assert watch.task is not None
+        # Shielded: a caller that stops waiting must not stop the watch.
+        return await asyncio.shield(watch.task)
+
+    async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
+        """SIGTERM the worker's process group, SIGKILL it after `grace_s`; returns once gone."""
+        if handle.launch_id in self._ended:
+            return
+        if handle.launch_id not in self._watches:
+            found = await self.reattach(handle)
+            if isinstance(found, WorkerExit):
+                return
+        watch = self._watches[handle.launch_id]
+        watch.cancelled = True
+        self._stop(watch, grace_s)
+        assert watch.task is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch.task), grace_s + KILL_WAIT_S + 1.0)
+
+    async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
+        """Find a worker again after a launcher restart.
+
+        Returns the handle while it still runs (its pid alive with the recorded start time);
+        else how it ended, from the exit record its wrapper left.
+        """
+        if handle.backend != self.name:
+            raise InvalidInput(
+                f"handle is for backend {handle.backend!r}, not {self.name!r}", field="backend"
+            )
+        ended = self._ended.get(handle.launch_id)
+        if ended is not None:
+            return ended
+        if handle.launch_id in self._watches:
+            return handle
+        watch = self._new_watch(handle)
+        seen = _proc.poll(watch.pid, handle.start_ticks)
+        if not seen.running:
+            return await self._finish(watch, seen.status)
+        self._start_watch(handle, watch)
+        return handle
+
+    async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """The captured stdout and stderr; with `follow`, until the worker ends."""
+        if follow and handle.launch_id not in self._watches and handle.launch_id not in self._ended:
+            await self.reattach(handle)
+        path, offset = Path(handle.log_path), 0
+        while True:
+            # Looked at before reading, so the last output after the end is still drained.
+            running = handle.launch_id in self._watches
+            chunk = await asyncio.to_thread(read_chunk, path, offset)
+            if chunk:
+                offset += len(chunk)
+                yield chunk
+            elif follow and running:
+                await asyncio.sleep(max(self.poll_s, 0.2))
+            else:
+                return
+
+    async def close(self) -> None:
+        """Stop watching; the workers keep running, for a restarted launcher to reattach."""
+        tasks = [w.task for w in self._watches.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._watches.clear()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _pick_cpus(self, spec: LaunchSpec) -> list[int]:
+        """The CPUs to pin to: the caller's choice, else the least-used allowed ones."""
+        allowed = sorted(os.sched_getaffinity(0))
+        if spec.cpus is not None:
+            stray = sorted(set(spec.cpus) - set(allowed))
+            if stray:
+                raise InvalidInput(
+                    f"CPUs {stray} are not available to this launcher (it may use {allowed})",
+                    field="cpus",
+                )
+            return sorted(set(spec.cpus))
+        if spec.millicpus <= 0:
+            return []
+        count = min(len(allowed), math.ceil(spec.millicpus / 1000))
+        return sorted(sorted(allowed, key=lambda cpu: (self._cpu_load[cpu], cpu))[:count])
+
+    def _new_watch(self, handle: LaunchHandle) -> _Watch:
+        deadline = None
+        if handle.timeout_s is not None:
+            elapsed = (datetime.now(UTC) - handle.started_at).total_seconds()
+            deadline = asyncio.get_running_loop().time() + handle.timeout_s - elapsed
+        return _Watch(handle=handle, pid=int(handle.native_id), deadline=deadline)
+
+    def _start_watch(self, handle: LaunchHandle, watch: _Watch | None = None) -> None:
+        watch = watch or self._new_watch(handle)
+        self._watches[handle.launch_id] = watch
+        self._cpu_load.update(handle.cpus)
+        watch.task = asyncio.create_task(self._run(watch), name=f"watch {handle.launch_id}")
+
+    def _stop(self, watch: _Watch, grace_s: float) -> None:
+        """SIGTERM now, SIGKILL at `grace_s` from now (or sooner if already planned)."""
+        self._signal(watch, signal.SIGTERM)
+        kill_at = asyncio.get_running_loop().time() + grace_s
+        watch.kill_at = kill_at if watch.kill_at is None else min(watch.kill_at, kill_at)
+
+    def _signal(self, watch: _Watch, signum: int) -> None:
+        # Only while the pid is still our wrapper (alive or a zombie): then its process group
+        # id cannot have been handed to anyone else.
+        if _proc.is_ours(watch.pid, watch.handle.start_ticks):
+            _proc.signal_group(watch.pid, signum)
+
+    async def _run(self, watch: _Watch) -> WorkerExit:
+        loop = asyncio.get_running_loop()
+        while True:
+            seen = _proc.poll(watch.pid, watch.handle.start_ticks)
+            if not seen.running:
+                return await self._finish(watch, seen.status)
+            now = loop.time()
+            if (
+                watch.deadline is not None
+                and now >= watch.deadline
+                and not (watch.timed_out or watch.cancelled)
+            ):
+                watch.timed_out = True
+                self._stop(watch, self.grace_s)
+            if watch.kill_at is not None and now >= watch.kill_at:
+                self._signal(watch, signal.SIGKILL)
+                watch.kill_at, watch.give_up_at = None, now + KILL_WAIT_S
+            if watch.give_up_at is not None and now >= watch.give_up_at:
+                return await self._finish(watch, None, stuck=True)
+            await asyncio.sleep(self.poll_s)
+
+    async def _finish(
+        self, watch: _Watch, status: int | None, *, stuck: bool = False
+    ) -> WorkerExit:
+        handle = watch.handle
+        if status is not None:
+            # We reaped the leader: whatever it left in its group dies with it, so nothing
+            # holds the CPUs or GPUs the agent is about to give to someone else.
+            _proc.signal_group(watch.pid, signal.SIGKILL)
+        record, tail = await asyncio.to_thread(read_outcome, handle.workdir, handle.log_path)
+        observed = Observed(
+            record=record,
+            status_code=None if status is None else _proc.exit_code_of(status),
+            cancelled=watch.cancelled,
+            timed_out=watch.timed_out,
+            timeout_s=handle.timeout_s,
+            oom_kills=oom_kills(handle.cgroup),
+            log_tail=tail,
+            memory_limit=handle.memory_limit,
+        )
+        await asyncio.to_thread(remove_cgroup, handle.cgroup)
+        code, cause, message = classify(observed)
+        if stuck:
+            code, cause = None, "infrastructure"
+            message = f"still running {KILL_WAIT_S:g} s after SIGKILL (stuck in the kernel?)"
+        ended = WorkerExit(
+            launch_id=handle.launch_id,
+            exit_code=code,
+            cause=cause,
+            message=message,
+            ended_at=datetime.now(UTC),
+        )
+        self._ended[handle.launch_id] = ended
+        if self._watches.pop(handle.launch_id, None) is not None:
+            self._cpu_load.subtract(handle.cpus)
+        return ended
