@@ -117,7 +117,7 @@ class Runtime:
         for sub in self._core_subs:
             try:
                 await sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - disconnected already
+            except Exception:
                 pass
         await asyncio.gather(*(s.stop() for s in self._subscriptions))
         for task in self._tasks:
