@@ -70,7 +70,7 @@ class LauncherService:
         rt.site = self.site
         self.workdir.mkdir(parents=True, exist_ok=True)
         # Imported here, by name: a site loads only the backend it uses.
-        self.backend = load_backend(self.site_cfg.backend, workdir=self.workdir / "workers")
+        self.backend = load_backend(self.site_cfg.backend, workdir=self.workdir)
         await rt.bus.ensure_site(self.site)
         self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord)
         async for _, record in self._kv.items():
