@@ -8,6 +8,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.nats",
+    "tests.fixtures.federation",
     "tests.fixtures.docker",
     "tests.fixtures.slurm",
 ]

@@ -121,15 +121,45 @@ class EmbeddedFederation:
     def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str]) -> None:
         assert self.nats is not None
         log = self.dir / "logs" / f"{name}.log"
-        env = {**os.environ, "CAIRN_NATS_URL": self.nats.url, "PYTHONUNBUFFERED": "1",
-               **self.extra_env}
-        env.pop("CAIRN_CONTEXT", None)
+        env = self._env()
         cmd = [sys.executable, "-m", "cairn", "run", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.processes.append(Process(name, site, services, proc, log))
+
+    def _env(self) -> dict[str, str]:
+        assert self.nats is not None
+        env = {**os.environ, "CAIRN_NATS_URL": self.nats.url, "PYTHONUNBUFFERED": "1",
+               **self.extra_env}
+        env.pop("CAIRN_CONTEXT", None)
+        return env
+
+    def process(self, name: str) -> Process:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one parent process (as a crash would); its workers live on."""
+        p = self.process(name)
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait(5)
+
+    def respawn(self, name: str) -> None:
+        """Start a killed parent process again with the same command."""
+        p = self.process(name)
+        self.processes.remove(p)
+        args = p.proc.args
+        assert isinstance(args, list)
+        with open(p.log, "ab") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self._env(),
+                                    start_new_session=True)
+        self.processes.append(Process(p.name, p.site, p.services, proc, p.log))
 
     def expected(self) -> list[tuple[str, str]]:
         return [(svc, p.site) for p in self.processes for svc in p.services]

@@ -186,6 +186,16 @@ def validation(site: str, recipe: str, verb: str) -> str:
             f".{_verb(verb)}")
 
 
+def validation_all(site: str, recipe: str) -> str:
+    """Every validation event of one site and recipe (started, phase, completed)."""
+    return f"{ROOT}.validation.{check_name(site, 'site')}.{check_name(recipe, 'recipe')}.*"
+
+
+def api_validation(verb: str) -> str:
+    """Request/reply with the validator (`run`): not stored; progress comes as events."""
+    return f"{ROOT}.api.validation.{_verb(verb)}"
+
+
 def evidence(site: str, recipe: str) -> str:
     return f"{ROOT}.evidence.{check_name(site, 'site')}.{check_name(recipe, 'recipe')}"
 
@@ -268,6 +278,9 @@ GLOBAL_STREAMS = (FEDERATION_STREAM, EVIDENCE_STREAM, DEADLETTER_STREAM)
 
 KV_SITES = "sites"
 OBJ_EVIDENCE = "evidence"
+OBJ_SNAPSHOTS = "snapshots"
+"""Snapshots too large to ride inline in `site.snapshot` (and those a validation evaluated),
+named by the sha256 of their JSON."""
 
 
 def kv_launches(site: str) -> str:

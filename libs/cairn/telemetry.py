@@ -50,7 +50,10 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
         assert endpoint is not None
         exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+    # A deep queue: bursts of publishes must not drop spans.
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200,
+                                                   max_queue_size=65536,
+                                                   max_export_batch_size=2048))
     _provider = provider
     _tracer = provider.get_tracer("cairn")
     return True
@@ -110,6 +113,44 @@ def start_producer(subject: str, message_id: str) -> tuple[Any, str | None]:
                     "messaging.operation.type": "publish", "messaging.message.id": message_id},
     )
     return span, format_traceparent(span.get_span_context())
+
+
+class ProducerBatch:
+    """One PRODUCER span shared by a burst of pipelined publishes.
+
+    A span costs more than a pipelined publish here, so `Bus.publish_async` opens one span per
+    batch (up to `limit` messages, ended at `flush_publishes`), and every message of the batch
+    carries its traceparent: consumers still join the publisher's trace.
+    """
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.limit = limit
+        self._span: Any = None
+        self._traceparent: str | None = None
+        self._parent: SpanContext | None = None
+        self._count = 0
+
+    def traceparent(self, subject: str) -> str | None:
+        tracer = _tracer
+        parent = trace.get_current_span().get_span_context()
+        if tracer is None:
+            return format_traceparent(parent) if parent.is_valid else None
+        if self._span is None or self._count >= self.limit or parent != self._parent:
+            self.end()
+            self._parent = parent
+            self._span = tracer.start_span(
+                f"{subject} publish", kind=SpanKind.PRODUCER,
+                attributes={"messaging.system": "nats", "messaging.destination.name": subject,
+                            "messaging.operation.type": "publish"})
+            self._traceparent = format_traceparent(self._span.get_span_context())
+        self._count += 1
+        return self._traceparent
+
+    def end(self) -> None:
+        if self._span is not None:
+            self._span.set_attribute("messaging.batch.message_count", self._count)
+            self._span.end()
+        self._span, self._traceparent, self._count = None, None, 0
 
 
 @contextmanager

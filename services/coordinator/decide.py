@@ -257,10 +257,15 @@ def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> li
 
 
 def site_status(hb: Heartbeat | None, seen: datetime | None, now: datetime, *,
-                stale_s: float, lost_s: float, name: str) -> SiteStatus:
+                stale_s: float, lost_s: float, name: str, since: datetime) -> SiteStatus:
+    """A site is online while its heartbeats are fresh, and lost once none came for `lost_s`
+    (counted from `since`, the coordinator's start, for a site it has not heard yet)."""
     if hb is None or seen is None:
+        waited = (now - since).total_seconds()
         return SiteStatus(name=name, online=False, free=Resources(gpus=0, millicpus=0,
-                                                                  memory_bytes=0), lost=True)
-    age = (now - seen).total_seconds()
-    return SiteStatus(name=name, online=age <= stale_s, free=hb.free, last_seen=seen,
+                                                                  memory_bytes=0),
+                          lost=waited > lost_s)
+    age = (now - max(seen, since)).total_seconds()
+    return SiteStatus(name=name, online=(now - seen).total_seconds() <= stale_s, free=hb.free,
+                      last_seen=seen,
                       lost=age > lost_s)

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
-from cairn import api, subjects
+from cairn import api
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (
     JobCancelRequested,
@@ -23,6 +23,7 @@ from cairn.events import (
 )
 from cairn.names import check_name, new_job_id
 from cairn.spec.roles import allowed
+from cairn.state import study as study_state
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
 
@@ -122,7 +123,7 @@ class Requests:
                                  description=str(req.args.get("description", "")))
             await svc.open_study(name)
             await svc.bus.publish(event)
-            return {"study": name}
+            return study_state.apply(None, event)
         raise NotFound(f"unknown verb {verb!r}; known: {', '.join(api.FED_VERBS)}")
 
     # -- study verbs ------------------------------------------------------------------
@@ -161,9 +162,10 @@ class Requests:
                 raise PermissionDenied(f"{req.actor} ({role}) may not cancel {job.job}")
             if job.terminal:
                 return {"job": job.job, "state": job.state}
-            await svc.bus.publish(JobCancelRequested(
+            seq = await svc.bus.publish(JobCancelRequested(
                 id=f"{job.job}.cancel-requested", at=stamp()["at"], source=SOURCE,
                 study=study_name, actor=req.actor, job=job.job))
+            await svc.wait_applied(study_name, seq)
             return {"job": job.job, "state": "cancelling"}
         if verb in ("add-site", "remove-site", "add-admin", "remove-admin"):
             return await self._manage(study, verb, role, org, req)
@@ -199,7 +201,8 @@ class Requests:
         job_id = new_job_id()
         event = JobSubmitted(**stamp(), source=SOURCE, study=study.name, actor=req.actor,
                              job=job_id, **msgspec.structs.asdict(request))
-        await self.svc.bus.publish(event)
+        seq = await self.svc.bus.publish(event)
+        await self.svc.wait_applied(study.name, seq)
         return {"job": job_id}
 
     async def _manage(self, study: StudyState, verb: str, role: str, org: str,
@@ -239,5 +242,6 @@ class Requests:
             if not allowed(role, "manage-study", same_org=target.org == org):
                 raise PermissionDenied(f"{req.actor} ({role}) may not remove {name}")
             event = StudyAdminRemoved(**base, name=name)
-        await svc.bus.publish(event)
-        return {"study": study.name, "event": subjects.subject_of(event)}
+        seq = await svc.bus.publish(event)
+        await svc.wait_applied(study.name, seq)
+        return study_state.apply(study, event)

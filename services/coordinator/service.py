@@ -32,6 +32,7 @@ from cairn.events import (
 )
 from cairn.names import is_name
 from cairn.service import Runtime
+from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.state import view as study_view
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView
@@ -57,6 +58,8 @@ class CoordinatorService:
         self.applied: dict[str, int] = {}
         self.heartbeats: dict[str, tuple[Heartbeat, datetime]] = {}
         self._lock = asyncio.Lock()
+        self._applied = asyncio.Condition()
+        self.started_at = datetime.now(UTC)
         self._ready = False
         self.rt: Runtime | None = None
 
@@ -123,13 +126,18 @@ class CoordinatorService:
         await self.bus.publish(seeded)
         self._apply_federation(seeded)
         by_name = {a.name: a for a in admins}
-        for name, members in fed.studies.items():
+        studies = {name: (list(m.sites), [by_name[a] for a in m.admins])
+                   for name, m in fed.studies.items()}
+        # The reserved study for recipe check jobs: every site, the project admins.
+        studies.setdefault(VALIDATION_STUDY, ([s.name for s in fed.sites],
+                                              [a for a in admins if a.role == "project_admin"]))
+        for name, (sites, members) in studies.items():
             await self.open_study(name)
             if self.views[name].study is not None:
                 continue
             await self.bus.publish(StudyCreated(
                 id=f"study.{name}.created", at=now(), source=SOURCE, study=name, name=name,
-                sites=list(members.sites), admins=[by_name[a] for a in members.admins]))
+                sites=sites, admins=members))
         log.info("seeded federation %s from %s", fed.federation, self.config.federation)
 
     async def open_study(self, study: str) -> None:
@@ -164,6 +172,8 @@ class CoordinatorService:
             return  # folded already at start
         self.views[study] = study_view.apply(self.views[study], event)
         self.applied[d.stream] = d.stream_seq
+        async with self._applied:
+            self._applied.notify_all()
         job = getattr(event, "job", None)
         if isinstance(job, str):
             async with self._lock:
@@ -185,6 +195,20 @@ class CoordinatorService:
         async for name, hb in sites.items():
             self.heartbeats.setdefault(name, (hb, hb.at))
 
+    async def wait_applied(self, study: str, seq: int, timeout: float = 5.0) -> None:
+        """Wait until the study's view includes stream sequence `seq` (read-your-writes for
+        the request that published it)."""
+        stream = subjects.study_stream(study).name
+
+        async def caught_up() -> None:
+            async with self._applied:
+                await self._applied.wait_for(lambda: self.applied.get(stream, 0) >= seq)
+
+        try:
+            await asyncio.wait_for(caught_up(), timeout)
+        except TimeoutError:
+            log.warning("view of %s did not reach seq %d within %.1fs", study, seq, timeout)
+
     # -- deciding -----------------------------------------------------------------------
 
     def context(self) -> Context:
@@ -193,7 +217,7 @@ class CoordinatorService:
         for name in set(self.fed_sites) | set(self.heartbeats):
             hb, seen = self.heartbeats.get(name, (None, None))
             sites[name] = site_status(hb, seen, t, stale_s=self.stale_s, lost_s=self.lost_s,
-                                      name=name)
+                                      name=name, since=self.started_at)
         return Context(now=t, hub=self.hub, sites=sites)
 
     async def _decide(self, study: str, job_id: str, ctx: Context | None = None) -> None:

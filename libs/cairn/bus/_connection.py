@@ -39,6 +39,7 @@ class Bus:
         self.js = nc.jetstream(timeout=5.0)
         self.name = name
         self._ensured: set[str] = set()
+        self._batch = telemetry.ProducerBatch()
 
     # -- connecting ---------------------------------------------------------------------
 
@@ -166,19 +167,24 @@ class Bus:
 
     async def publish_async(self, event: Event, *,
                             subject: str | None = None) -> asyncio.Future[Any]:
-        """Publish without waiting for the store's answer (await `flush_publishes` later)."""
+        """Publish without waiting for the store's answer (await `flush_publishes` later).
+
+        Pipelined publishes share one PRODUCER span per batch (see `telemetry.ProducerBatch`).
+        """
         subject = subject or subjects.subject_of(event)
-        hdrs, span = self._headers(subject, event.id, None)
-        try:
-            future: asyncio.Future[Any] = await self.js.publish_async(
-                subject, encode(event), headers=hdrs)
-            return future
-        finally:
-            if span is not None:
-                span.end()
+        headers = {MSG_ID: event.id}
+        traceparent = self._batch.traceparent(subject)
+        if traceparent is not None:
+            headers[telemetry.TRACEPARENT] = traceparent
+        future: asyncio.Future[Any] = await self.js.publish_async(subject, encode(event),
+                                                                  headers=headers)
+        return future
 
     async def flush_publishes(self, timeout: float = 30.0) -> None:
-        await asyncio.wait_for(self.js.publish_async_completed(), timeout)
+        try:
+            await asyncio.wait_for(self.js.publish_async_completed(), timeout)
+        finally:
+            self._batch.end()
 
     async def publish_core(self, subject: str, payload: bytes,
                            headers: dict[str, str] | None = None) -> None:

@@ -72,6 +72,8 @@ class SnapshotRecorded(Event, tag="site.snapshot", frozen=True, kw_only=True):
     nodes: int = 1
     object_name: str | None = None
     snapshot: dict[str, Any] | None = None
+    reason: str = ""
+    """Why it was taken: `start`, `schedule` or `request`."""
 
 
 class ReadingChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +94,13 @@ class ValidationStarted(Event, tag="validation.started", frozen=True, kw_only=Tr
     run: str
     site: str
     recipe: str
+    snapshot_digest: str = ""
+    """Digest of the snapshot the readiness constraints are evaluated against."""
+    snapshot_object: str = ""
+    """Name of that snapshot's JSON in the `snapshots` object store ("" when there is none)."""
+    phases: list[str] = []
+    resolved: dict[str, Any] | None = None
+    """The resolved recipe (without provenance), so a report needs no catalog to read."""
 
 
 class ValidationPhase(Event, tag="validation.phase", frozen=True, kw_only=True):
@@ -104,6 +113,8 @@ class ValidationPhase(Event, tag="validation.phase", frozen=True, kw_only=True):
     failed: int = 0
     skipped: int = 0
     ctrf: dict[str, Any] | None = None
+    reasons: list[str] = []
+    """Why the phase did not pass (empty when it passed)."""
 
 
 class ValidationCompleted(Event, tag="validation.completed", frozen=True, kw_only=True):
@@ -112,6 +123,9 @@ class ValidationCompleted(Event, tag="validation.completed", frozen=True, kw_onl
     recipe: str
     status: str
     phases: dict[str, str] = {}
+    duration_s: float = 0.0
+    message: str = ""
+    """Set when the run could not be carried out (e.g. the site is unknown)."""
 
 
 FederationEvent = (

@@ -1,0 +1,212 @@
+"""`cairn job ...`: submit, watch, inspect, cancel and rerun jobs; read their logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cairn.cli.jobview import print_job, print_jobs, show_live, verdict
+from cairn.cli.output import emit, output_option
+from cairn.cli.session import session_options, with_client
+from cairn.client import Client
+from cairn.spec.job import load_job_spec
+from cairn.state.job import JOB_ORDER, JobState
+
+SUBMIT_HELP = """Submit the job described by FILE (a job.yaml) and print its id.
+
+\b
+The job's code folder is packed and stored in the study's artifacts under its
+sha256; the spec's `study:` wins over the session's study. With --watch, show
+live progress per site and role until the job ends, then exit 0 if it
+completed and 1 if it failed, was aborted or was unschedulable.
+
+\b
+The actor (--actor or $CAIRN_ACTOR) is TAKEN ON TRUST until the security work
+lands: the coordinator checks the actor's role in the study but cannot tell
+who really sent the request.
+"""
+
+
+@click.group(help="Submit, watch and manage jobs.")
+def job() -> None:
+    pass
+
+
+@job.command(help=SUBMIT_HELP)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--watch", is_flag=True, help="Follow the job until it ends; exit 1 unless it completed."
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --watch: give up (exit 8) after this long.",
+)
+@session_options
+@output_option()
+def submit(
+    file: Path,
+    watch: bool,
+    timeout: float | None,
+    study: str | None,
+    actor: str | None,
+    output: str,
+) -> None:
+    # Check the spec before connecting: a typo is exit 3 even with no federation running.
+    load_job_spec(file)
+
+    async def body(c: Client) -> JobState | str:
+        job_id = await c.submit(file)
+        if not watch:
+            return job_id
+        click.echo(job_id, err=output != "table")
+        return await _wait(c, job_id, timeout, output)
+
+    result = with_client(study, actor, body)
+    if isinstance(result, str):
+        emit({"job": result}, output, lambda d: click.echo(d["job"]))
+        return
+    _finish(result, output)
+
+
+async def _wait(c: Client, job_id: str, limit_s: float | None, output: str) -> JobState:
+    if output == "table":
+        return await show_live(c.watch(job_id, timeout=limit_s))
+    return await c.wait(job_id, timeout=limit_s)
+
+
+def _finish(final: JobState, output: str) -> None:
+    if output != "table":
+        emit(final, output)
+    verdict(final)
+
+
+@job.command(name="list", help="List the study's jobs, newest last.")
+@click.option(
+    "--state", type=click.Choice(sorted(JOB_ORDER)), default=None, help="Only jobs in this state."
+)
+@session_options
+@output_option()
+def list_(state: str | None, study: str | None, actor: str | None, output: str) -> None:
+    async def body(c: Client) -> list[JobState]:
+        return await c.jobs(state)
+
+    emit(with_client(study, actor, body), output, print_jobs)
+
+
+@job.command(help="Show a job: its state, each worker's state and outcome, and results.")
+@click.argument("job_id", metavar="JOB")
+@session_options
+@output_option()
+def show(job_id: str, study: str | None, actor: str | None, output: str) -> None:
+    async def body(c: Client) -> JobState:
+        return await c.job(job_id)
+
+    emit(with_client(study, actor, body), output, print_job)
+
+
+@job.command(help="Ask the coordinator to cancel a job (its workers are stopped).")
+@click.argument("job_id", metavar="JOB")
+@click.option("--reason", default="cancelled", show_default=True, help="Why, for the record.")
+@session_options
+@output_option()
+def cancel(job_id: str, reason: str, study: str | None, actor: str | None, output: str) -> None:
+    async def body(c: Client) -> JobState:
+        return await c.cancel(job_id, reason)
+
+    emit(with_client(study, actor, body), output, print_job)
+
+
+@job.command(help="Wait until a job ends; exit 0 if it completed, 1 otherwise, 8 on timeout.")
+@click.argument("job_id", metavar="JOB")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Give up (exit 8) after this long.",
+)
+@session_options
+@output_option()
+def wait(
+    job_id: str, timeout: float | None, study: str | None, actor: str | None, output: str
+) -> None:
+    async def body(c: Client) -> JobState:
+        return await c.wait(job_id, timeout=timeout)
+
+    final = with_client(study, actor, body)
+    emit(final, output, print_job)
+    verdict(final)
+
+
+@job.command(help="Submit a recorded job again with the same code bundle; prints the new id.")
+@click.argument("job_id", metavar="JOB")
+@click.option("--watch", is_flag=True, help="Follow the new job until it ends.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --watch: give up (exit 8) after this long.",
+)
+@session_options
+@output_option()
+def rerun(
+    job_id: str,
+    watch: bool,
+    timeout: float | None,
+    study: str | None,
+    actor: str | None,
+    output: str,
+) -> None:
+    async def body(c: Client) -> JobState | str:
+        new_id = await c.rerun(job_id)
+        if not watch:
+            return new_id
+        click.echo(new_id, err=output != "table")
+        return await _wait(c, new_id, timeout, output)
+
+    result = with_client(study, actor, body)
+    if isinstance(result, str):
+        emit({"job": result}, output, lambda d: click.echo(d["job"]))
+        return
+    _finish(result, output)
+
+
+@job.command(help="Print the logs the launchers captured for a job's workers.")
+@click.argument("job_id", metavar="JOB")
+@click.option("--site", default=None, help="Only workers at this site.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until every worker exited.")
+@click.option(
+    "--prefix/--no-prefix",
+    default=True,
+    show_default=True,
+    help="Start each line with `site role/rank |`.",
+)
+@session_options
+def logs(
+    job_id: str, site: str | None, follow: bool, prefix: bool, study: str | None, actor: str | None
+) -> None:
+    async def body(c: Client) -> None:
+        partial: dict[tuple[str, str, int], bytes] = {}
+        async for chunk in c.logs(job_id, site, follow=follow):
+            who = (chunk.site, chunk.role, chunk.rank)
+            tag = f"{chunk.site} {chunk.role}/{chunk.rank} | " if prefix else ""
+            if chunk.error:
+                click.echo(f"warning: {tag}{chunk.error}", err=True)
+                continue
+            # Only whole lines are printed with their prefix; the rest waits for its end.
+            text = partial.pop(who, b"") + chunk.data
+            *lines, rest = text.split(b"\n")
+            for line in lines:
+                click.echo(tag + line.decode("utf-8", "replace"))
+            if rest:
+                partial[who] = rest
+        for (s, r, n), rest in sorted(partial.items()):
+            tag = f"{s} {r}/{n} | " if prefix else ""
+            click.echo(tag + rest.decode("utf-8", "replace"))
+
+    with_client(study, actor, body)

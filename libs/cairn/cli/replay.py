@@ -1,0 +1,45 @@
+"""`cairn replay`: fold a study's stream (or one job's events) and print state and timeline."""
+
+from __future__ import annotations
+
+import click
+
+from cairn.cli.jobview import print_job
+from cairn.cli.output import emit, output_option
+from cairn.cli.session import session_options, with_client
+from cairn.client import Client
+from cairn.state.view import StudyView
+from cairn.timeline import TimelineEntry, format_line
+
+
+@click.command(
+    help="Fold the study's stream with the same reducers the services use, and "
+    "print the resulting state and the timeline of events."
+)
+@click.option(
+    "--job", "job_id", default=None, metavar="JOB", help="Only this job's events and state."
+)
+@session_options
+@output_option()
+def replay(job_id: str | None, study: str | None, actor: str | None, output: str) -> None:
+    async def body(c: Client) -> tuple[StudyView, list[TimelineEntry]]:
+        return await c.replay(job_id)
+
+    view, timeline = with_client(study, actor, body)
+
+    def table(_: object) -> None:
+        if view.study is not None and job_id is None:
+            s = view.study
+            click.echo(
+                f"study {s.name}: sites {', '.join(s.sites) or '(none)'}; admins "
+                f"{', '.join(s.admins) or '(none)'}"
+            )
+        for job in view.jobs.values():
+            click.echo("")
+            print_job(job)
+        click.echo("")
+        click.echo("timeline:")
+        for e in timeline:
+            click.echo("  " + format_line(e))
+
+    emit({"state": view, "timeline": timeline}, output, table)

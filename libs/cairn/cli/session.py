@@ -1,0 +1,46 @@
+"""What every client command shares: `--study`, `--actor`, connecting, running a coroutine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from cairn.client import Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+ACTOR_HELP = (
+    "Who is asking (default: $CAIRN_ACTOR, else the context file). Taken on trust "
+    "until the security work lands."
+)
+
+
+def session_options(func: Callable[P, R]) -> Callable[P, R]:
+    """Add `--study` and `--actor` (each also read from its environment variable)."""
+    func = click.option("--actor", envvar="CAIRN_ACTOR", metavar="NAME", help=ACTOR_HELP)(func)
+    func = click.option(
+        "--study",
+        envvar="CAIRN_STUDY",
+        metavar="STUDY",
+        help="The session's study (default: $CAIRN_STUDY, else the context file).",
+    )(func)
+    return func
+
+
+def run(coro: Coroutine[Any, Any, R]) -> R:
+    """Run one command's coroutine to completion (Ctrl-C ends it without a traceback)."""
+    return asyncio.run(coro)
+
+
+def with_client(study: str | None, actor: str | None, body: Callable[[Client], Awaitable[R]]) -> R:
+    """Connect, run `body(client)`, close: the shape of every client command."""
+
+    async def main() -> R:
+        async with await Client.connect(study=study, actor=actor) as client:
+            return await body(client)
+
+    return run(main())

@@ -1,0 +1,454 @@
+"""The stable Python client: what the CLI, `cairn demo` and other programs use.
+
+Every verb is one request to the coordinator (`cairn.api`): a `Request{actor, args}` on
+`cairn.api.fed.<verb>` or `cairn.api.study.<study>.<verb>`, answered by a `Reply`. A reply that
+is not ok is raised as the typed error it names (`cairn.errors.from_dict`), so a caller sees
+`NotFound`, `PermissionDenied`, ... exactly as the coordinator decided. Results are decoded
+into the same Structs the services fold (`JobState`, `StudyState`, `SiteInfo`).
+
+    async with await Client.connect(study="lung") as c:
+        job_id = await c.submit("job.yaml")
+        final = await c.wait(job_id, timeout=600)
+
+Until the security work lands, the actor is taken on trust.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import msgspec
+
+from cairn import bundle, subjects
+from cairn import context as context_file
+from cairn.api import REPLY_DECODER, REQUEST_ENCODER, FederationInfo, Reply, Request, SiteInfo
+from cairn.bus import Bus, objects, replay
+from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable, from_dict
+from cairn.events import DEADLETTER_DECODER, STUDY_DECODER, DeadLettered, StudyAdmin
+from cairn.joblogs import LogChunk, read_log_chunk
+from cairn.jobrequest import JobRequest, request_of_spec, request_of_submitted
+from cairn.names import check_name
+from cairn.spec.job import load_job_spec
+from cairn.state.job import JobState
+from cairn.state.study import StudyState
+from cairn.state.view import StudyView, fold
+from cairn.timeline import TimelineEntry, entry
+
+T = TypeVar("T")
+
+__all__ = ["Client", "DeadLetter", "JobRequest", "LogChunk", "delete_message", "get_message"]
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of the DEADLETTER stream; `event` is None when it does not decode."""
+
+    seq: int
+    event: DeadLettered | None
+    error: str | None = None
+
+
+class Client:
+    """A session with the federation: one bus connection, one study, one actor."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        study: str | None = None,
+        actor: str | None = None,
+        request_timeout: float = 10.0,
+    ) -> None:
+        self.bus = bus
+        self._study = study
+        self.actor = actor
+        self.timeout = request_timeout
+
+    @classmethod
+    async def connect(
+        cls,
+        context: context_file.Context | None = None,
+        study: str | None = None,
+        actor: str | None = None,
+        *,
+        request_timeout: float = 10.0,
+    ) -> Client:
+        """Connect using the context file (or `CAIRN_NATS_URL`).
+
+        `study` and `actor` come from the arguments, else `CAIRN_STUDY` / `CAIRN_ACTOR`, else
+        the context file's defaults.
+
+        Raises:
+            Unavailable: no context and no `CAIRN_NATS_URL`, or NATS cannot be reached.
+        """
+        ctx = context or context_file.load()
+        assert ctx is not None  # load(required=True) raises instead of returning None
+        limit = min(request_timeout, 5.0)
+        try:
+            # Bounded here too: nats.py keeps retrying an unreachable first server forever
+            # when reconnects are allowed, and a command must fail instead of hanging.
+            bus = await asyncio.wait_for(
+                Bus.connect(
+                    ctx.nats_url,
+                    name="cairn-client",
+                    tls=_tls(ctx),
+                    creds=ctx.creds,
+                    connect_timeout=limit,
+                ),
+                limit + 1.0,
+            )
+        except TimeoutError:
+            raise Unavailable(
+                f"cannot reach NATS at {ctx.nats_url} (no answer within "
+                f"{limit + 1.0:g}s): is the federation up?"
+            ) from None
+        return cls(
+            bus,
+            study=study or os.environ.get("CAIRN_STUDY") or ctx.study,
+            actor=actor or os.environ.get("CAIRN_ACTOR") or ctx.actor,
+            request_timeout=request_timeout,
+        )
+
+    async def close(self) -> None:
+        await self.bus.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def study(self) -> str:
+        """The session's study (raises `InvalidInput` when the session has none)."""
+        if not self._study:
+            raise InvalidInput("no study: pass --study or set CAIRN_STUDY", field="study")
+        return self._study
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def call(self, subject: str, args: dict[str, Any] | None = None) -> Any:
+        """Send one request; return the reply's result or raise its typed error."""
+        payload = REQUEST_ENCODER.encode(Request(actor=self.actor, args=args or {}))
+        data = await self.bus.request(subject, payload, timeout=self.timeout)
+        try:
+            reply: Reply = REPLY_DECODER.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidInput(f"the answer on {subject} is not a reply: {exc}") from None
+        if not reply.ok:
+            raise from_dict(reply.error or {"message": "request failed (no error given)"})
+        return reply.result
+
+    async def call_fed(self, verb: str, args: dict[str, Any] | None = None) -> Any:
+        return await self.call(subjects.api_fed(verb), args)
+
+    async def call_study(
+        self, verb: str, args: dict[str, Any] | None = None, *, study: str | None = None
+    ) -> Any:
+        return await self.call(subjects.api_study(study or self.study, verb), args)
+
+    # -- federation and studies -----------------------------------------------------------
+
+    async def federation(self) -> FederationInfo:
+        return _as(FederationInfo, await self.call_fed("federation"))
+
+    async def study_create(
+        self, name: str, sites: list[str], admins: list[StudyAdmin], description: str = ""
+    ) -> StudyState:
+        # The coordinator checks names too; checking here fails fast, before any request.
+        check_name(name, "study")
+        for site in sites:
+            check_name(site, "site")
+        result = await self.call_fed(
+            "study-create",
+            {
+                "name": name,
+                "sites": list(sites),
+                "description": description,
+                "admins": msgspec.to_builtins(list(admins)),
+            },
+        )
+        return _as(StudyState, result)
+
+    async def study_list(self) -> list[StudyState]:
+        return _as(list[StudyState], await self.call_fed("study-list"))
+
+    async def study_show(self) -> StudyState:
+        return _as(StudyState, await self.call_study("show"))
+
+    async def study_add_site(self, site: str) -> StudyState:
+        return _as(StudyState, await self.call_study("add-site", {"site": site}))
+
+    async def study_remove_site(self, site: str) -> StudyState:
+        return _as(StudyState, await self.call_study("remove-site", {"site": site}))
+
+    async def study_add_admin(self, name: str, org: str, role: str) -> StudyState:
+        args = {"name": name, "org": org, "role": role}
+        return _as(StudyState, await self.call_study("add-admin", args))
+
+    async def study_remove_admin(self, name: str) -> StudyState:
+        return _as(StudyState, await self.call_study("remove-admin", {"name": name}))
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    async def submit(self, spec_path: str | Path) -> str:
+        """Load a job spec, upload its code bundle, submit it; returns the job id.
+
+        The spec's `study:` wins over the session's study.
+
+        Raises:
+            InvalidInput: the spec is wrong (naming file, line and field).
+        """
+        spec = load_job_spec(spec_path)
+        study = spec.study or self.study
+        packed = bundle.pack(spec.code)
+        digest = await self.upload(packed.data, study=study)
+        return await self.submit_request(request_of_spec(spec, digest), study=study)
+
+    async def upload(self, data: bytes, *, study: str | None = None) -> str:
+        """Store bytes in the study's artifacts, content-addressed; returns the sha256."""
+        store = await objects(self.bus, subjects.obj_artifacts(study or self.study))
+        return await store.put(data)
+
+    async def submit_request(self, request: JobRequest, *, study: str | None = None) -> str:
+        result = await self.call_study(
+            "submit", {"spec": msgspec.to_builtins(request)}, study=study
+        )
+        return _job_id(result)
+
+    async def jobs(self, state: str | None = None) -> list[JobState]:
+        return _as(list[JobState], await self.call_study("jobs", {"state": state} if state else {}))
+
+    async def job(self, job_id: str) -> JobState:
+        return _as(JobState, await self.call_study("job", {"job": job_id}))
+
+    async def cancel(self, job_id: str, reason: str = "cancelled") -> JobState:
+        result = await self.call_study("cancel", {"job": job_id, "reason": reason})
+        # A coordinator may answer with the job or just acknowledge: either way, show the job.
+        if isinstance(result, dict) and "spec" in result:
+            return _as(JobState, result)
+        return await self.job(job_id)
+
+    async def rerun(self, job_id: str) -> str:
+        """Submit a recorded job again: same request, same code bundle, `rerun_of` set."""
+        job = await self.job(job_id)
+        request = request_of_submitted(job.spec, rerun_of=job.job)
+        return await self.submit_request(request, study=job.study or None)
+
+    async def watch(
+        self,
+        job_id: str,
+        *,
+        poll: float = 0.2,
+        timeout: float | None = None,  # noqa: ASYNC109 - polled, in seconds
+    ) -> AsyncIterator[JobState]:
+        """Yield the job each time it changes, ending after a terminal state.
+
+        Raises:
+            Timeout: the job did not end within `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: JobState | None = None
+        while True:
+            current = await self.job(job_id)
+            if current != last:
+                last = current
+                yield current
+            if current.terminal:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Timeout(f"job {job_id} is still {current.state} after {timeout:g}s")
+            await asyncio.sleep(poll)
+
+    async def wait(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        *,  # noqa: ASYNC109
+        poll: float = 0.2,
+    ) -> JobState:
+        """Wait until the job ends; returns its final state."""
+        final: JobState | None = None
+        async for state in self.watch(job_id, poll=poll, timeout=timeout):
+            final = state
+        assert final is not None
+        return final
+
+    async def logs(
+        self,
+        job_id: str,
+        site: str | None = None,
+        *,
+        follow: bool = False,
+        poll: float = 0.5,
+        max_bytes: int = 256 * 1024,
+        timeout: float | None = None,  # noqa: ASYNC109 - polled, in seconds
+    ) -> AsyncIterator[LogChunk]:
+        """Worker logs the launchers captured, per worker, in order.
+
+        Without `follow`: what is there now. With it: keep reading until every worker has
+        exited, all was read and the job ended (or `timeout` passed). A site whose launcher
+        does not answer yields one chunk with `error` set instead of failing the whole read.
+        """
+        offsets: dict[str, int] = {}
+        done: set[str] = set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = await self.job(job_id)
+            progressed = False
+            for key, w in sorted(job.workers.items()):
+                if (site and w.site != site) or not w.launch_id or key in done:
+                    continue
+                async for chunk, finished in self._read_log(
+                    w.site, w.role, w.rank, w.launch_id, offsets.get(key, 0), max_bytes
+                ):
+                    if chunk.data or chunk.error:
+                        progressed = True
+                        yield chunk
+                    offsets[key] = chunk.offset
+                    if finished or chunk.error:
+                        done.add(key)
+            if not follow:
+                return
+            # Workers that never got a launch id (rejected, or lost before launching) have
+            # no log; waiting for them would never end.
+            pending = [
+                k
+                for k, w in job.workers.items()
+                if (not site or w.site == site)
+                and k not in done
+                and (w.launch_id or not job.terminal)
+            ]
+            if job.terminal and not pending:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Timeout(f"logs of {job_id}: still following after {timeout:g}s")
+            if not progressed:
+                await asyncio.sleep(poll)
+
+    async def _read_log(
+        self, site: str, role: str, rank: int, launch_id: str, offset: int, max_bytes: int
+    ) -> AsyncIterator[tuple[LogChunk, bool]]:
+        """Read one worker's log from `offset` to what the launcher has now."""
+        for _ in range(10_000):  # a bound: 10k chunks of max_bytes each is plenty
+            chunk, finished = await read_log_chunk(
+                self.bus,
+                site,
+                role,
+                rank,
+                launch_id,
+                offset,
+                max_bytes,
+                request_timeout=self.timeout,
+            )
+            yield chunk, finished
+            if finished or chunk.error or not chunk.data:
+                return
+            offset = chunk.offset
+
+    # -- sites ----------------------------------------------------------------------------
+
+    async def sites(self) -> list[SiteInfo]:
+        """The study's sites when the session has a study, else every site of the federation."""
+        if self._study:
+            return _as(list[SiteInfo], await self.call_study("sites"))
+        return _as(list[SiteInfo], await self.call_fed("site-list"))
+
+    async def site(self, name: str) -> SiteInfo:
+        if self._study:
+            return _as(SiteInfo, await self.call_study("site", {"site": name}))
+        for info in await self.sites():
+            if info.name == name:
+                return info
+        raise NotFound(f"site {name} is not in the federation", field="site")
+
+    # -- the study stream -----------------------------------------------------------------
+
+    async def events(
+        self,
+        *,
+        tail: int | None = None,
+        follow: bool = False,
+        poll: float = 0.5,
+        job: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - polled, in seconds
+    ) -> AsyncIterator[TimelineEntry]:
+        """The study's events as timeline entries: the last `tail` (all when None), then,
+        with `follow`, new ones as they are stored (until `timeout`, if given)."""
+        stream = subjects.study_stream(self.study).name
+        filters = [subjects.job_all(self.study, job)] if job else []
+        backlog = [entry(r) async for r in replay(self.bus, stream, STUDY_DECODER, filters=filters)]
+        if tail is not None:
+            backlog = backlog[-tail:] if tail > 0 else []
+        last = max((e.seq for e in backlog), default=0)
+        for e in backlog:
+            yield e
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while follow and (deadline is None or time.monotonic() < deadline):
+            await asyncio.sleep(poll)
+            # Repeated bounded replays from the last seen sequence: each one ends where the
+            # stream ends, so nothing is missed and nothing is yielded twice.
+            async for r in replay(
+                self.bus, stream, STUDY_DECODER, filters=filters, start_seq=last + 1
+            ):
+                last = max(last, r.seq)
+                yield entry(r)
+
+    async def replay(self, job: str | None = None) -> tuple[StudyView, list[TimelineEntry]]:
+        """Fold the study's stream (or one job's subjects): the state and the timeline."""
+        stream = subjects.study_stream(self.study).name
+        filters = [subjects.job_all(self.study, job)] if job else []
+        items = [r async for r in replay(self.bus, stream, STUDY_DECODER, filters=filters)]
+        view = fold(r.event for r in items if r.event is not None)
+        if job is not None and job not in view.jobs:
+            raise NotFound(f"job {job} has no events in {stream}")
+        return view, [entry(r) for r in items]
+
+    # -- dead letters (federation-wide; see cairn.deadletters) ----------------------------
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        return await deadletters.list_all(self.bus)
+
+    async def dead_letter(self, seq: int) -> DeadLetter:
+        return await deadletters.read(self.bus, seq)
+
+    async def redrive(self, seq: int) -> int:
+        return await deadletters.redrive(self.bus, seq, publish_timeout=self.timeout)
+
+
+def _as(type_: type[T], value: Any) -> T:
+    """Decode a reply's result into `type_` (a malformed result is the coordinator's fault)."""
+    try:
+        return msgspec.convert(value, type_)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(f"unexpected answer from the coordinator: {exc}") from None
+
+
+def _job_id(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, dict) and isinstance(result.get("job"), str):
+        return str(result["job"])
+    raise InvalidInput(f"unexpected answer to submit: {result!r}")
+
+
+def _tls(ctx: context_file.Context) -> ssl.SSLContext | None:
+    if not (ctx.tls_ca or ctx.tls_cert):
+        return None
+    tls = ssl.create_default_context(cafile=ctx.tls_ca)
+    if ctx.tls_cert:
+        tls.load_cert_chain(ctx.tls_cert, ctx.tls_key)
+    return tls
+

@@ -1,0 +1,78 @@
+"""Helpers for control-plane tests: write job specs and runtime files, read streams."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cairn import events as ev
+from cairn import subjects
+from cairn.bus import Bus, replay
+from cairn.embedded import EmbeddedFederation
+
+ENV_SCRIPT = """\
+import json, os
+print(json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith("CAIRN_")}))
+"""
+
+
+def write_job(job_dir: Path, *, name: str = "hello", script: str = ENV_SCRIPT,
+              extra: str = "", roles: str | None = None) -> Path:
+    (job_dir / "app").mkdir(parents=True, exist_ok=True)
+    (job_dir / "app" / "main.py").write_text(script)
+    roles = roles or """\
+        roles:
+          client:
+            entrypoint: python main.py
+            resources: {cpus: 1, memory: 256Mi}
+        """
+    spec = textwrap.dedent(f"""\
+        name: {name}
+        code: ./app
+        """) + textwrap.dedent(roles) + textwrap.dedent(extra)
+    path = job_dir / "job.yaml"
+    path.write_text(spec)
+    return path
+
+
+async def study_events(fed: EmbeddedFederation, study: str = "demo",
+                       job: str | None = None) -> list[Any]:
+    assert fed.nats is not None
+    bus = await Bus.connect(fed.nats.url)
+    try:
+        filters = [subjects.job_all(study, job)] if job else []
+        return [r.event async for r in replay(bus, f"STUDY_{study}", ev.STUDY_DECODER,
+                                              filters=filters) if r.event is not None]
+    finally:
+        await bus.close()
+
+
+async def rewrite_runtime(fed: EmbeddedFederation, site: str, studies: dict[str, Any]) -> None:
+    """Replace a site's study_runtime.yaml and wait until its agent reloaded it."""
+    assert fed.nats is not None
+    bus = await Bus.connect(fed.nats.url)
+    try:
+        subject = subjects.site_event(site, "config-loaded")
+
+        async def loaded() -> int:
+            return len([r async for r in replay(bus, "FEDERATION", filters=[subject])])
+
+        before = await loaded()
+        path = fed.site_dir(site) / "local" / "study_runtime.yaml"
+        path.write_text(yaml.safe_dump({"format": 1, "studies": studies}))
+        for _ in range(100):
+            if await loaded() > before:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"agent of {site} did not reload {path}")
+    finally:
+        await bus.close()
+
+
+def default_policy(fed: EmbeddedFederation, site: str) -> dict[str, Any]:
+    path = fed.site_dir(site) / "local" / "study_runtime.yaml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text())["studies"]["demo"]
+    return data

@@ -1,0 +1,186 @@
+"""Cancel, timeouts, OOM, and parents killed with SIGKILL mid-job."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+from cairn import events as ev
+from cairn.client import Client
+from cairn.embedded import EmbeddedFederation
+from cairn.launcher.backends.process import memory_limit_mechanism
+
+from tests.integration.cp_helpers import study_events, write_job
+
+SLEEPER = """\
+import os, pathlib, sys, time
+pathlib.Path(os.environ["CAIRN_WORKDIR"], "started").write_text(str(os.getpid()))
+print("started", flush=True)
+time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 60)
+print("finished", flush=True)
+"""
+
+
+def sleeper_roles(seconds: float) -> str:
+    return f"""\
+        roles:
+          client:
+            entrypoint: python main.py {seconds}
+            resources: {{cpus: 1, memory: 256Mi}}
+        """
+
+
+async def wait_running(client: Client, job_id: str, count: int = 2,
+                       timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = await client.job(job_id)
+        if sum(w.state == "running" for w in job.workers.values()) >= count:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"workers of {job_id} not running: {await client.job(job_id)}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2) -> list[int]:
+    """Pids the workers wrote on their first line (waits until `count` did)."""
+    pids: list[int] = []
+    for _ in range(100):
+        pids = []
+        for site in fed.sites:
+            for started in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started"):
+                text = started.read_text()
+                if text:
+                    pids.append(int(text))
+        if len(pids) >= count:
+            break
+        time.sleep(0.05)
+    return pids
+
+
+async def test_cancel_stops_every_worker_within_grace(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(120)))
+    await wait_running(client, job_id)
+    pids = worker_pids(federation, job_id)
+    assert len(pids) == 2
+    t0 = time.monotonic()
+    await client.cancel(job_id)
+    final = await client.wait(job_id, timeout=30)
+    took = time.monotonic() - t0
+    assert final.state == "aborted" and final.cause == "cancelled"
+    assert all(w.cause == "cancelled" for w in final.workers.values())
+    assert not any(alive(p) for p in pids)
+    assert took < 10 + 5, f"cancel took {took:.1f}s, grace is 10s"
+
+
+async def test_cancel_works_while_queued(federation: EmbeddedFederation, client: Client,
+                                         job_dir: Path) -> None:
+    roles = """\
+        roles:
+          client:
+            entrypoint: python main.py
+            resources: {cpus: 1, memory: 200Gi}
+        """
+    job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=roles))
+    for _ in range(50):
+        if (await client.job(job_id)).state == "queued":
+            break
+        await asyncio.sleep(0.1)
+    queued = await client.job(job_id)
+    assert queued.state == "queued" and queued.reasons
+    await client.cancel(job_id)
+    assert (await client.wait(job_id, timeout=10)).state == "aborted"
+
+
+async def test_job_over_its_timeout_ends_with_cause_timeout(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(120),
+                                           extra="timeout: 3s\n"))
+    final = await client.wait(job_id, timeout=40)
+    assert final.state == "failed" and final.cause == "timeout"
+
+
+async def test_worker_over_memory_limit_ends_with_oom(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    if memory_limit_mechanism() == "none":
+        pytest.skip("no memory limit can be set here (no writable cgroup, RLIMIT_AS refused)")
+    hog = "x = bytearray(1024 * 1024 * 1024)\nprint(len(x))\n"
+    roles = """\
+        roles:
+          client:
+            entrypoint: python main.py
+            resources: {cpus: 1, memory: 128Mi}
+            sites: [site-a]
+        """
+    job_id = await client.submit(write_job(job_dir, script=hog, roles=roles))
+    final = await client.wait(job_id, timeout=30)
+    assert final.state == "failed" and final.cause == "oom", final
+    worker = next(iter(final.workers.values()))
+    assert worker.cause == "oom"
+
+
+async def _kill_site_parent_mid_job(federation: EmbeddedFederation, client: Client,
+                                    job_dir: Path) -> None:
+    job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(4)))
+    await wait_running(client, job_id)
+    pids = worker_pids(federation, job_id)
+    federation.kill("site-site-a")  # the agent and the launcher of site-a, by SIGKILL
+    await asyncio.sleep(0.5)
+    assert all(alive(p) for p in pids), "workers outlive their parent"
+    federation.respawn("site-site-a")
+    final = await client.wait(job_id, timeout=60)
+    assert final.state == "completed", final
+    events = await study_events(federation, job=job_id)
+    launches = [e for e in events if isinstance(e, ev.WorkerLaunching)]
+    exits = [e for e in events if isinstance(e, ev.WorkerExited)]
+    assert len(launches) == 2, "nothing is launched twice"
+    assert sorted(e.site for e in exits) == ["site-a", "site-b"]
+    assert all(e.exit_code == 0 for e in exits)
+    starts = [p for s in federation.sites for p in (federation.site_dir(s) / "work").glob(
+        f"workers/{job_id}*/started")]
+    assert len(starts) == 2
+
+
+async def test_launcher_and_agent_killed_mid_job_reconcile(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    await _kill_site_parent_mid_job(federation, client, job_dir)
+
+
+async def test_worker_ending_while_launcher_is_down_is_reported(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(1)))
+    await wait_running(client, job_id)
+    federation.kill("site-site-a")
+    await asyncio.sleep(2.0)  # the worker ends while nobody watches it
+    federation.respawn("site-site-a")
+    final = await client.wait(job_id, timeout=60)
+    assert final.state == "completed"
+    site_a = [w for w in final.workers.values() if w.site == "site-a"][0]
+    assert site_a.exit_code == 0
+
+
+async def test_coordinator_killed_mid_job_recovers_from_replay(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(3)))
+    await wait_running(client, job_id)
+    federation.kill("coordinator")
+    federation.respawn("coordinator")
+    await federation.wait_healthy(30)
+    view, _ = await client.replay()
+    assert view.jobs[job_id] == await client.job(job_id)
+    final = await client.wait(job_id, timeout=60)
+    assert final.state == "completed", (final.cause, final.message, final.workers)
+    view, _ = await client.replay()
+    assert view.jobs[job_id] == final
+    assert os.path.exists(federation.dir)

@@ -1,0 +1,98 @@
+"""One trace across the bus: PRODUCER span at publish, CONSUMER span at the handler, linked by
+the `traceparent` header, exported over OTLP/HTTP to a receiver the test runs itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from cairn import events as ev
+from cairn import subjects, telemetry
+from cairn.bus import Bus, Delivery, Subscription
+
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+STUDY = "traced"
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    """Tracing on, exporting to a loopback receiver; off again afterwards for other tests."""
+    with OtlpReceiver() as r:
+        try:
+            assert telemetry.setup("test", endpoint=r.endpoint)
+            yield r
+        finally:
+            telemetry.shutdown()
+    assert not telemetry.enabled()
+
+
+def one(spans: list[ReceivedSpan], kind: str, subject: str) -> ReceivedSpan:
+    found = [
+        s
+        for s in spans
+        if s.kind == kind and s.attributes.get("messaging.destination.name") == subject
+    ]
+    assert len(found) == 1, f"{kind} spans on {subject}: {found} (all: {spans})"
+    return found[0]
+
+
+async def test_trace_context_crosses_a_publish_consume_hop(
+    bus: Bus, receiver: OtlpReceiver
+) -> None:
+    await bus.ensure_study(STUDY)
+    submitted = ev.JobSubmitted(
+        **ev.stamp(),
+        source="test@hub",
+        study=STUDY,
+        job="j-1",
+        name="demo",
+        roles=[ev.RoleRequest(name="c", entrypoint="x")],
+    )
+    queued = ev.JobQueued(**ev.stamp(), source="test@hub", study=STUDY, job="j-1")
+    deliveries: list[Delivery] = []
+    done = asyncio.Event()
+
+    async def handler(event: ev.StudyStreamEvent, delivery: Delivery) -> None:
+        if isinstance(event, ev.JobSubmitted):
+            deliveries.append(delivery)
+            # Published while handling: the next hop continues the same trace.
+            await bus.publish(queued)
+            done.set()
+
+    sub = Subscription(
+        bus,
+        stream=subjects.study_stream(STUDY).name,
+        durable="tracing",
+        filters=[subjects.study_jobs(STUDY)],
+        decoder=ev.STUDY_DECODER,
+        handler=handler,
+        fetch_timeout=0.2,
+    )
+    await sub.start()
+    try:
+        await bus.publish(submitted)
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        await sub.stop()
+    await asyncio.to_thread(telemetry.shutdown)  # flushes the batch to the receiver
+
+    spans = receiver.spans()
+    hop = subjects.subject_of(submitted)
+    producer = one(spans, "PRODUCER", hop)
+    consumer = one(spans, "CONSUMER", hop)
+    assert consumer.trace_id == producer.trace_id
+    assert consumer.parent_span_id == producer.span_id
+    assert producer.parent_span_id == "", "a publish outside any span starts a trace"
+    for span in (producer, consumer):
+        assert span.service == "test"
+        assert span.attributes["messaging.system"] == "nats"
+        assert span.attributes["messaging.message.id"] == submitted.id
+    assert consumer.attributes["messaging.consumer.group.name"] == "tracing"
+    traceparent = deliveries[0].headers[telemetry.TRACEPARENT]
+    assert traceparent.split("-")[1:3] == [producer.trace_id, producer.span_id]
+
+    follow_up = one(spans, "PRODUCER", subjects.subject_of(queued))
+    assert follow_up.trace_id == producer.trace_id
+    assert follow_up.parent_span_id == consumer.span_id

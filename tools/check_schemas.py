@@ -1,0 +1,200 @@
+"""Check `schemas/` against the code: `.venv/bin/python tools/check_schemas.py [--schemas DIR]`.
+
+The committed folder is the baseline, the Structs are the candidate. Exit codes:
+
+- 0: identical;
+- 1: INCOMPATIBLE: an event type (tag) is gone, a field is gone, a field's type changed, or a
+  field without a default appeared or lost its default; one line per problem, naming the tag
+  and the field (a breaking change is a new tag: `job.submitted.v2`);
+- 1: compatible but different: `schemas/ is stale: run `make schemas``, after one line per
+  file that differs.
+
+Types are compared structurally: annotations (defaults, docs, titles) never break readers,
+and a nested Struct is compared field by field, so a renamed class is not a type change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
+
+from tools.export_schemas import generate, is_generated  # noqa: E402
+
+_ANNOTATIONS = frozenset({"default", "description", "title", "examples", "$comment"})
+Defs = dict[str, Any]
+
+
+def read_tree(folder: Path) -> dict[str, str]:
+    """The generated kinds of file under `folder`, by relative path (others are not ours)."""
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and is_generated(rel):
+            out[rel] = path.read_text(encoding="utf-8")
+    return out
+
+
+def _events(files: dict[str, str]) -> dict[str, dict[str, Any]]:
+    return {
+        rel[len("events/") : -len(".json")]: json.loads(text)
+        for rel, text in files.items()
+        if rel.startswith("events/")
+    }
+
+
+def _def_name(schema: dict[str, Any]) -> str:
+    return str(schema["$ref"]).rsplit("/", 1)[-1]
+
+
+def _is_struct(defs: Defs, name: str) -> bool:
+    return "properties" in defs.get(name, {})
+
+
+def _shape(schema: Any, defs: Defs) -> Any:
+    """What a reader relies on: the schema without annotations, each Struct as `struct`."""
+    if isinstance(schema, list):
+        return [_shape(s, defs) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        name = _def_name(schema)
+        # Structs are compared field by field (see `_struct_refs`); enums and the like inline.
+        return "struct" if _is_struct(defs, name) else _shape(defs.get(name, {}), defs)
+    return {k: _shape(v, defs) for k, v in sorted(schema.items()) if k not in _ANNOTATIONS}
+
+
+def _struct_refs(schema: Any, defs: Defs) -> Iterator[str]:
+    """The Structs a field holds, in a fixed order (pairs up when two shapes are equal)."""
+    if isinstance(schema, list):
+        for s in schema:
+            yield from _struct_refs(s, defs)
+    elif isinstance(schema, dict):
+        if "$ref" in schema:
+            if _is_struct(defs, _def_name(schema)):
+                yield _def_name(schema)
+            return
+        for key in sorted(schema):
+            if key not in _ANNOTATIONS:
+                yield from _struct_refs(schema[key], defs)
+
+
+def _describe(shape: Any) -> str:
+    if isinstance(shape, dict) and set(shape) == {"type"}:
+        return str(shape["type"])
+    return json.dumps(shape, sort_keys=True, separators=(",", ":"))
+
+
+def _compare_struct(
+    tag: str,
+    prefix: str,
+    base: Defs,
+    bdefs: Defs,
+    new: Defs,
+    ndefs: Defs,
+    seen: set[tuple[str, str]],
+) -> list[str]:
+    problems = []
+    bprops, nprops = base.get("properties", {}), new.get("properties", {})
+    breq, nreq = set(base.get("required", [])), set(new.get("required", []))
+    for name, bschema in bprops.items():
+        field = prefix + name
+        if name not in nprops:
+            problems.append(f"INCOMPATIBLE {tag}: field {field!r} removed")
+            continue
+        nschema = nprops[name]
+        before, after = _shape(bschema, bdefs), _shape(nschema, ndefs)
+        if before != after:
+            problems.append(
+                f"INCOMPATIBLE {tag}: field {field!r} changed type from "
+                f"{_describe(before)} to {_describe(after)}"
+            )
+            continue
+        if name in nreq and name not in breq:
+            problems.append(
+                f"INCOMPATIBLE {tag}: field {field!r} became required "
+                "(old writers omit it: give it a default)"
+            )
+        for bref, nref in zip(
+            _struct_refs(bschema, bdefs), _struct_refs(nschema, ndefs), strict=True
+        ):
+            if (bref, nref) not in seen:  # recursive Structs end here
+                seen.add((bref, nref))
+                problems += _compare_struct(
+                    tag, field + ".", bdefs[bref], bdefs, ndefs[nref], ndefs, seen
+                )
+    for name in nprops:
+        if name not in bprops and name in nreq:
+            problems.append(
+                f"INCOMPATIBLE {tag}: new field {prefix + name!r} is required "
+                "(old writers omit it: give it a default)"
+            )
+    return problems
+
+
+def incompatibilities(baseline: dict[str, str], candidate: dict[str, str]) -> list[str]:
+    """What in `candidate` breaks a reader or writer of `baseline`, one line per problem."""
+    base, new = _events(baseline), _events(candidate)
+    problems = []
+    for tag in sorted(base):
+        if tag not in new:
+            problems.append(
+                f"INCOMPATIBLE {tag}: event type removed "
+                f"(a breaking change is a new tag, e.g. {tag}.v2)"
+            )
+            continue
+        bdefs, ndefs = base[tag].get("$defs", {}), new[tag].get("$defs", {})
+        bname, nname = _def_name(base[tag]), _def_name(new[tag])
+        problems += _compare_struct(
+            tag, "", bdefs[bname], bdefs, ndefs[nname], ndefs, {(bname, nname)}
+        )
+    return problems
+
+
+def check(folder: Path, label: str) -> tuple[int, list[str]]:
+    """(exit code, lines to print) for the committed `folder` against the code."""
+    baseline, candidate = read_tree(folder), generate()
+    if baseline == candidate:
+        return 0, [f"{label} is up to date ({len(candidate)} files)"]
+    problems = incompatibilities(baseline, candidate)
+    if problems:
+        return 1, problems
+    lines = []
+    for rel in sorted(set(baseline) | set(candidate)):
+        if rel not in baseline:
+            lines.append(f"{label}{rel}: new")
+        elif rel not in candidate:
+            lines.append(f"{label}{rel}: no longer generated")
+        elif baseline[rel] != candidate[rel]:
+            lines.append(f"{label}{rel}: differs")
+    lines.append(f"{label} is stale: run `make schemas`")
+    return 1, lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--schemas",
+        default=None,
+        help="the committed folder to check (default: schemas/ of this checkout)",
+    )
+    args = parser.parse_args(argv)
+    folder = Path(args.schemas) if args.schemas else REPO / "schemas"
+    label = (args.schemas or "schemas").rstrip("/") + "/"
+    code, lines = check(folder, label)
+    for line in lines:
+        print(line)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
