@@ -16,7 +16,6 @@ Until the security work lands, the actor is taken on trust.
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import ssl
 import time
@@ -27,13 +26,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from cairn import bundle, subjects
+from cairn import bundle, deadletters, subjects
 from cairn import context as context_file
 from cairn.api import REPLY_DECODER, REQUEST_ENCODER, FederationInfo, Reply, Request, SiteInfo
 from cairn.bus import Bus, objects, replay
+from cairn.deadletters import DeadLetter, delete_message, get_message
 from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable, from_dict
-from cairn.events import DEADLETTER_DECODER, STUDY_DECODER, DeadLettered, StudyAdmin
-from cairn.joblogs import LogChunk, read_log_chunk
+from cairn.events import STUDY_DECODER, StudyAdmin
+from cairn.joblogs import LogChunk, worker_logs
 from cairn.jobrequest import JobRequest, request_of_spec, request_of_submitted
 from cairn.names import check_name
 from cairn.spec.job import load_job_spec
@@ -45,14 +45,6 @@ from cairn.timeline import TimelineEntry, entry
 T = TypeVar("T")
 
 __all__ = ["Client", "DeadLetter", "JobRequest", "LogChunk", "delete_message", "get_message"]
-
-
-class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
-    """One message of the DEADLETTER stream; `event` is None when it does not decode."""
-
-    seq: int
-    event: DeadLettered | None
-    error: str | None = None
 
 
 class Client:
@@ -241,6 +233,12 @@ class Client:
             return _as(JobState, result)
         return await self.job(job_id)
 
+    async def fetch(self, job_id: str, dest: str | Path) -> list[Path]:
+        """Download the job's result files and values into `dest`; returns the paths."""
+        from cairn.jobresults import fetch_results
+
+        return await fetch_results(self.bus, await self.job(job_id), dest)
+
     async def rerun(self, job_id: str) -> str:
         """Submit a recorded job again: same request, same code bundle, `rerun_of` set."""
         job = await self.job(job_id)
@@ -302,61 +300,17 @@ class Client:
         exited, all was read and the job ended (or `timeout` passed). A site whose launcher
         does not answer yields one chunk with `error` set instead of failing the whole read.
         """
-        offsets: dict[str, int] = {}
-        done: set[str] = set()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = await self.job(job_id)
-            progressed = False
-            for key, w in sorted(job.workers.items()):
-                if (site and w.site != site) or not w.launch_id or key in done:
-                    continue
-                async for chunk, finished in self._read_log(
-                    w.site, w.role, w.rank, w.launch_id, offsets.get(key, 0), max_bytes
-                ):
-                    if chunk.data or chunk.error:
-                        progressed = True
-                        yield chunk
-                    offsets[key] = chunk.offset
-                    if finished or chunk.error:
-                        done.add(key)
-            if not follow:
-                return
-            # Workers that never got a launch id (rejected, or lost before launching) have
-            # no log; waiting for them would never end.
-            pending = [
-                k
-                for k, w in job.workers.items()
-                if (not site or w.site == site)
-                and k not in done
-                and (w.launch_id or not job.terminal)
-            ]
-            if job.terminal and not pending:
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Timeout(f"logs of {job_id}: still following after {timeout:g}s")
-            if not progressed:
-                await asyncio.sleep(poll)
-
-    async def _read_log(
-        self, site: str, role: str, rank: int, launch_id: str, offset: int, max_bytes: int
-    ) -> AsyncIterator[tuple[LogChunk, bool]]:
-        """Read one worker's log from `offset` to what the launcher has now."""
-        for _ in range(10_000):  # a bound: 10k chunks of max_bytes each is plenty
-            chunk, finished = await read_log_chunk(
-                self.bus,
-                site,
-                role,
-                rank,
-                launch_id,
-                offset,
-                max_bytes,
-                request_timeout=self.timeout,
-            )
-            yield chunk, finished
-            if finished or chunk.error or not chunk.data:
-                return
-            offset = chunk.offset
+        async for chunk in worker_logs(
+            self.bus,
+            lambda: self.job(job_id),
+            site=site,
+            follow=follow,
+            poll=poll,
+            max_bytes=max_bytes,
+            limit_s=timeout,
+            request_timeout=self.timeout,
+        ):
+            yield chunk
 
     # -- sites ----------------------------------------------------------------------------
 
@@ -451,4 +405,3 @@ def _tls(ctx: context_file.Context) -> ssl.SSLContext | None:
     if ctx.tls_cert:
         tls.load_cert_chain(ctx.tls_cert, ctx.tls_key)
     return tls
-

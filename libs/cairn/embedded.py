@@ -23,7 +23,7 @@ from cairn.natsserver import NatsServer
 DEFAULT_SITES = ("hub", "site-a", "site-b")
 DEFAULT_STUDY = "demo"
 DEFAULT_ADMIN = "admin@coord"
-SITE_SERVICES = ("agent", "launcher")
+SITE_SERVICES = ("agent", "launcher", "snapshotter")
 
 
 @dataclass
@@ -114,6 +114,7 @@ class EmbeddedFederation:
         logs.mkdir(exist_ok=True)
         self._spawn("coordinator", self.hub, ("coordinator",),
                     ["--federation", str(self.federation_file)])
+        self._spawn("validator", self.hub, ("validator",), [])
         for site in self.sites:
             self._spawn(f"site-{site}", site, SITE_SERVICES,
                         ["--site-config", str(self.site_config(site))])

@@ -7,7 +7,10 @@ next read starts and `done` means the worker exited and everything was read.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NamedTuple
 
 import msgspec
@@ -15,7 +18,8 @@ import msgspec
 from cairn import subjects
 from cairn.api import REPLY_DECODER
 from cairn.bus import Bus
-from cairn.errors import CairnError, from_dict
+from cairn.errors import CairnError, Timeout, from_dict
+from cairn.state.job import JobState
 
 
 class LogChunk(NamedTuple):
@@ -68,3 +72,61 @@ async def read_log_chunk(
         return LogChunk(site, role, rank, b"", offset, error=f"bad answer: {exc}"), True
     next_offset = result.offset if result.offset else offset + len(data)
     return LogChunk(site, role, rank, data, next_offset), result.done
+
+
+async def worker_logs(
+    bus: Bus,
+    fetch_job: Callable[[], Awaitable[JobState]],
+    *,
+    site: str | None = None,
+    follow: bool = False,
+    poll: float = 0.5,
+    max_bytes: int = 256 * 1024,
+    limit_s: float | None = None,
+    request_timeout: float = 10.0,
+) -> AsyncIterator[LogChunk]:
+    """Every worker's log of one job (`fetch_job` gives its current state); see `Client.logs`."""
+    offsets: dict[str, int] = {}
+    done: set[str] = set()
+    deadline = None if limit_s is None else time.monotonic() + limit_s
+    while True:
+        job = await fetch_job()
+        progressed = False
+        for key, w in sorted(job.workers.items()):
+            if (site and w.site != site) or not w.launch_id or key in done:
+                continue
+            offset = offsets.get(key, 0)
+            for _ in range(10_000):  # a bound: 10k chunks of max_bytes each is plenty
+                chunk, finished = await read_log_chunk(
+                    bus,
+                    w.site,
+                    w.role,
+                    w.rank,
+                    w.launch_id,
+                    offset,
+                    max_bytes,
+                    request_timeout=request_timeout,
+                )
+                if chunk.data or chunk.error:
+                    progressed = True
+                    yield chunk
+                offset = offsets[key] = chunk.offset
+                if finished or chunk.error:
+                    done.add(key)
+                if finished or chunk.error or not chunk.data:
+                    break
+        if not follow:
+            return
+        # Workers that never got a launch id (rejected, or lost before launching) have no
+        # log; waiting for them would never end.
+        pending = [
+            k
+            for k, w in job.workers.items()
+            if (not site or w.site == site) and k not in done and (w.launch_id or not job.terminal)
+        ]
+        if job.terminal and not pending:
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            raise Timeout(f"logs of {job.job}: still following after {limit_s:g}s")
+        if not progressed:
+            await asyncio.sleep(poll)

@@ -187,8 +187,9 @@ def _role_verdict(job: JobState, role: RoleRequest, study: StudyState | None,
         if rejected:
             cause = rejected[0].cause or "site-policy"
             first = rejected[0]
-        elif cause not in ("timeout", "cancelled") and (role.min_sites is not None
-                                                           and total > need):
+        elif cause not in ("timeout", "cancelled") and role.min_sites is not None:
+            # The job spec asked to tolerate losses down to min_sites: going below is the
+            # job's failure, whatever killed the last worker.
             cause = "too-few-sites"
         detail = first.message or (f"exit code {first.exit_code}"
                                    if first.exit_code is not None else cause)

@@ -11,8 +11,6 @@ from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (
     JobCancelRequested,
     JobSubmitted,
-    RecipeRequirement,
-    RoleRequest,
     StudyAdmin,
     StudyAdminAdded,
     StudyAdminRemoved,
@@ -21,6 +19,7 @@ from cairn.events import (
     StudySiteRemoved,
     stamp,
 )
+from cairn.jobrequest import JobRequest
 from cairn.names import check_name, new_job_id
 from cairn.spec.roles import allowed
 from cairn.state import study as study_state
@@ -31,21 +30,6 @@ if TYPE_CHECKING:
     from cairn.coordinator.service import CoordinatorService
 
 SOURCE = "coordinator@hub"
-
-
-class JobRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """What a client submits: the job-request fields of `job.submitted`."""
-
-    name: str
-    roles: list[RoleRequest]
-    code_digest: str | None = None
-    image: str | None = None
-    params: dict[str, Any] = {}
-    timeout_s: float = 3600.0
-    retries: int = 0
-    queue_timeout_s: float = 600.0
-    requires: RecipeRequirement | None = None
-    rerun_of: str | None = None
 
 
 class _Envelope(TypedDict):

@@ -217,7 +217,9 @@ class LauncherService:
 
     async def _report(self, record: LaunchRecord, result: WorkerExit) -> None:
         cause = result.cause
-        if record.cancelled and cause in ("crashed", None) and result.exit_code != 0:
+        if result.exit_code == 0:
+            cause = None  # a clean exit is a clean exit, even after a cancel
+        elif record.cancelled and cause in ("crashed", None):
             cause = "cancelled"
         await self.bus.publish(WorkerExited(**self._event_base(record, "exited"),
                                             exit_code=result.exit_code, reason=cause,

@@ -73,7 +73,7 @@ def test_round_trip_keeps_files_modes_and_inner_links(tmp_path: Path) -> None:
 
 
 def test_link_out_of_the_code_folder_is_refused_when_packing(tmp_path: Path) -> None:
-    root = make_tree(tmp_path / "src", ["main.py"] + ["pkg/__init__.py", "pkg/model.py", "run.sh"])
+    root = make_tree(tmp_path / "src", ["main.py", "pkg/__init__.py", "pkg/model.py", "run.sh"])
     (root / "secrets").symlink_to("../../etc")
     with pytest.raises(InvalidInput, match="leads outside"):
         bundle.pack(root)

@@ -48,10 +48,14 @@ def test_snapshot_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "CPU.info.threads" in stdout and "node " in stdout
 
 
-def test_snapshot_of_a_site_needs_the_bus(capsys: pytest.CaptureFixture[str]) -> None:
+def test_snapshot_of_a_site_needs_the_bus(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CAIRN_NATS_URL", raising=False)
+    monkeypatch.setenv("CAIRN_CONTEXT", str(tmp_path / "no-context.yaml"))
     code, _, err = run(["snapshot", "--site", "site-a"], capsys)
     assert code == 7
-    assert "needs the bus" in err and "Traceback" not in err
+    assert "no federation found" in err and "Traceback" not in err
     code, _, err = run(["snapshot", "--site", "Bad.Site"], capsys)
     assert code == 3
 

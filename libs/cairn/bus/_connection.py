@@ -16,11 +16,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, NoRespondersError, NoServersError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
+from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from cairn import subjects, telemetry
 from cairn.bus._streams import ensure_stream
-from cairn.errors import CairnError, Timeout, Unavailable
+from cairn.errors import CairnError, NotFound, Timeout, Unavailable
 from cairn.events import Event, encode
 from cairn.subjects import StreamSpec
 
@@ -73,13 +73,16 @@ class Bus:
 
         while True:
             try:
-                nc = await nats.connect(
+                # nats.connect retries an unreachable first server forever when reconnects
+                # are allowed: probe it first, and bound the handshake.
+                await _probe(servers, connect_timeout)
+                nc = await asyncio.wait_for(nats.connect(
                     servers, name=name, tls=tls, user_credentials=creds,
                     connect_timeout=int(max(1, connect_timeout)), allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
                     pending_size=64 * 1024 * 1024,
-                )
+                ), timeout=connect_timeout + 3.0)
                 return cls(nc, name=name)
             except (TimeoutError, NoServersError, OSError, NatsTimeout) as exc:
                 if time.monotonic() >= deadline:
@@ -128,6 +131,20 @@ class Bus:
             if info.config.name and info.config.name.startswith(prefix):
                 names.append(info.config.name)
         return sorted(names)
+
+    async def get_message(self, stream: str, seq: int) -> tuple[str, dict[str, str], bytes]:
+        """One stored message by sequence: (subject, headers, data)."""
+        try:
+            msg = await self.js.get_msg(stream, seq)
+        except NotFoundError:
+            raise NotFound(f"no message {seq} in stream {stream}") from None
+        return str(msg.subject or ""), dict(msg.headers or {}), bytes(msg.data or b"")
+
+    async def delete_message(self, stream: str, seq: int) -> None:
+        try:
+            await self.js.delete_msg(stream, seq)
+        except NotFoundError:
+            raise NotFound(f"no message {seq} in stream {stream}") from None
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -248,3 +265,22 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+
+
+async def _probe(servers: list[str], timeout: float) -> None:
+    """Raise OSError unless some server accepts a TCP connection."""
+    from urllib.parse import urlsplit
+
+    last: OSError = OSError("no servers")
+    for server in servers:
+        parts = urlsplit(server if "://" in server else f"nats://{server}")
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 4222),
+                timeout)
+        except (TimeoutError, OSError) as exc:
+            last = exc if isinstance(exc, OSError) else OSError(f"{server}: timed out")
+            continue
+        writer.close()
+        return
+    raise last

@@ -108,6 +108,27 @@ def show(job_id: str, study: str | None, actor: str | None, output: str) -> None
     emit(with_client(study, actor, body), output, print_job)
 
 
+@job.command(help="Download a job's result files and values (digest-checked) into a folder: "
+                  "<DEST>/<role>@<site>/<file>, and result.json for each result value.")
+@click.argument("job_id", metavar="JOB")
+@click.option("--dest", type=click.Path(path_type=Path), default=None,
+              help="Folder to write into (default: ./<JOB>).")
+@session_options
+@output_option()
+def fetch(job_id: str, dest: Path | None, study: str | None, actor: str | None,
+          output: str) -> None:
+    async def body(c: Client) -> list[str]:
+        return [str(p) for p in await c.fetch(job_id, dest or Path(job_id))]
+
+    def table(paths: list[str]) -> None:
+        for path in paths:
+            click.echo(path)
+        if not paths:
+            click.echo("the job returned no results")
+
+    emit(with_client(study, actor, body), output, table)
+
+
 @job.command(help="Ask the coordinator to cancel a job (its workers are stopped).")
 @click.argument("job_id", metavar="JOB")
 @click.option("--reason", default="cancelled", show_default=True, help="Why, for the record.")

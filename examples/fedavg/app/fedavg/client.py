@@ -1,0 +1,35 @@
+"""The client role (one per site): trains on this site's data only, `$CAIRN_DATA/shared/fedavg`.
+
+Each round it reports the received global model's accuracy on its local test split (before
+training), then trains `epochs` steps and sends back the weights and its sample count.
+Param `delay` (seconds) adds simulated compute per round, for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cairn.rounds import run_client
+from cairn.worker import Worker, main
+
+from fedavg import model as lr
+
+
+async def run(w: Worker) -> None:
+    folder = w.data_dir / "shared" / "fedavg"
+    x, y = lr.load(folder / "train.npz")
+    x_test, y_test = lr.load(folder / "test.npz")
+    epochs, rate = int(w.params.get("epochs", 20)), float(w.params.get("lr", 0.5))
+    delay = float(w.params.get("delay", 0.0))
+
+    def train(model: lr.Model, rnd: int) -> tuple[lr.Model, float, dict[str, float]]:
+        local = lr.accuracy(model, x_test, y_test)
+        trained = lr.train(model, x, y, epochs=epochs, lr=rate)
+        time.sleep(delay)
+        return trained, float(len(y)), {"local_accuracy": local}
+
+    await run_client(w, train)
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,32 @@
+"""Downloading a job's results: every file its workers returned, and each result value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cairn import subjects
+from cairn.bus import Bus, objects
+from cairn.state.job import JobState
+
+
+async def fetch_results(bus: Bus, job: JobState, dest: str | Path) -> list[Path]:
+    """Write `<dest>/<role>@<site>[-<rank>]/<file>` for every result file (digest-checked)
+    and `result.json` for every result value; returns the paths written."""
+    store = await objects(bus, subjects.obj_artifacts(job.study))
+    written: list[Path] = []
+    for result in job.results:
+        label = f"{result.role}@{result.site}" + (f"-{result.rank}" if result.rank else "")
+        folder = Path(dest) / label
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in result.files:
+            data = await store.get(f.digest, digest=f.digest)
+            # Only the base name: a worker cannot write outside the result folder.
+            path = folder / (Path(f.name).name or f.digest)
+            path.write_bytes(data)
+            written.append(path)
+        if result.value is not None:
+            path = folder / "result.json"
+            path.write_text(json.dumps(result.value, indent=2, default=str) + "\n")
+            written.append(path)
+    return written

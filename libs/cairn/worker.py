@@ -1,0 +1,335 @@
+"""The worker SDK: what job code imports.
+
+    from cairn.worker import Worker, main
+
+    async def run(w: Worker) -> None:
+        await w.progress(1, 3, "training")
+        await w.metric(1, loss=0.3)
+        await w.send("server", 0, "update", {"weights": arr})
+        await w.result({"accuracy": 0.9}, files=["model.npz"])
+
+    main(run)
+
+A worker is built from the environment the launcher sets (the contract in DESIGN.md):
+`CAIRN_NATS_URL`, `CAIRN_STUDY`, `CAIRN_JOB`, `CAIRN_SITE`, `CAIRN_ROLE`, `CAIRN_RANK`,
+`CAIRN_ATTEMPT`, `CAIRN_WORKDIR`, `CAIRN_DATA`, `CAIRN_PARAMS` (JSON) and `TRACEPARENT`.
+
+The SDK never reports a user's error over the bus: an exception ends the process non-zero
+with its traceback in the worker's log, and the launcher reports the exit (cause `crashed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import msgspec
+
+from cairn import subjects
+from cairn.bus import Bus, objects, replay
+from cairn.dataplane import DataPlane, Handler, Message, RemoteError
+from cairn.errors import CairnError, InvalidInput
+from cairn.events import (
+    STUDY_DECODER,
+    Deployment,
+    JobDispatched,
+    ResultFile,
+    WorkerExited,
+    WorkerMetric,
+    WorkerProgress,
+    WorkerResult,
+    stamp,
+)
+
+__all__ = ["Message", "RemoteError", "SyncWorker", "Worker", "WorkerEnvError", "main"]
+
+T = TypeVar("T")
+REQUIRED = ("CAIRN_NATS_URL", "CAIRN_STUDY", "CAIRN_JOB", "CAIRN_SITE", "CAIRN_ROLE")
+
+
+class WorkerEnvError(InvalidInput):
+    """The process was not started by a Cairn launcher (the CAIRN_* contract is missing)."""
+
+
+class Worker:
+    """One worker of a job: its identity, its events and its end of the data plane.
+
+    Use as `async with Worker.from_env() as w:` (connects, and listens on the data plane).
+    """
+
+    def __init__(self, *, nats_url: str, study: str, job: str, site: str, role: str,
+                 rank: int = 0, attempt: int = 0, workdir: Path | None = None,
+                 data_dir: Path | None = None, params: Mapping[str, Any] | None = None,
+                 traceparent: str | None = None, connect_timeout: float = 30.0) -> None:
+        self.nats_url = nats_url
+        self.study, self.job, self.site, self.role = study, job, site, role
+        self.rank, self.attempt = rank, attempt
+        self.workdir = workdir or Path.cwd()
+        self.data_dir = data_dir or self.workdir / "data"
+        self.params: dict[str, Any] = dict(params or {})
+        self.traceparent = traceparent
+        self.connect_timeout = connect_timeout
+        self._bus: Bus | None = None
+        self._data: DataPlane | None = None
+        self.exited: dict[tuple[str, int], WorkerExited] = {}
+        self.exits_changed = asyncio.Event()
+        self.deployments: list[Deployment] = []
+        self._exit_sub: Any = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Worker:
+        """The worker the launcher started (reads the CAIRN_* contract).
+
+        Raises:
+            WorkerEnvError: a required variable is missing or malformed.
+        """
+        env = os.environ if environ is None else environ
+        missing = [k for k in REQUIRED if not env.get(k)]
+        if missing:
+            raise WorkerEnvError(
+                f"not started by a Cairn launcher: {', '.join(missing)} not set (a worker's "
+                "environment is CAIRN_NATS_URL, CAIRN_STUDY, CAIRN_JOB, CAIRN_SITE, CAIRN_ROLE, "
+                "CAIRN_RANK, CAIRN_ATTEMPT, CAIRN_WORKDIR, CAIRN_DATA, CAIRN_PARAMS)")
+        try:
+            params = json.loads(env.get("CAIRN_PARAMS") or "{}")
+            rank, attempt = int(env.get("CAIRN_RANK", "0")), int(env.get("CAIRN_ATTEMPT", "0"))
+        except ValueError as exc:
+            raise WorkerEnvError(f"malformed CAIRN_* variable: {exc}") from None
+        if not isinstance(params, dict):
+            raise WorkerEnvError("CAIRN_PARAMS is not a JSON object", field="CAIRN_PARAMS")
+        workdir = Path(env.get("CAIRN_WORKDIR") or os.getcwd())
+        return cls(nats_url=env["CAIRN_NATS_URL"], study=env["CAIRN_STUDY"],
+                   job=env["CAIRN_JOB"], site=env["CAIRN_SITE"], role=env["CAIRN_ROLE"],
+                   rank=rank, attempt=attempt, workdir=workdir,
+                   data_dir=Path(env.get("CAIRN_DATA") or workdir / "data"), params=params,
+                   traceparent=env.get("TRACEPARENT") or None)
+
+    # -- connection ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Worker:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        self._bus = await Bus.connect(self.nats_url, retry_for=self.connect_timeout,
+                                      name=f"worker-{self.job}-{self.role}-{self.rank}")
+        self._data = DataPlane(self._bus, study=self.study, job=self.job, site=self.site,
+                               role=self.role, rank=self.rank)
+        await self._data.start()
+
+    async def close(self) -> None:
+        if self._data is not None:
+            await self._data.close()
+        if self._exit_sub is not None:
+            await self._exit_sub.unsubscribe()
+        if self._bus is not None:
+            await self._bus.close()
+        self._bus = self._data = self._exit_sub = None
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise CairnError("the worker is not connected: use `async with Worker.from_env()`")
+        return self._bus
+
+    @property
+    def data(self) -> DataPlane:
+        if self._data is None:
+            raise CairnError("the worker is not connected: use `async with Worker.from_env()`")
+        return self._data
+
+    # -- events --------------------------------------------------------------------------
+
+    def _who(self) -> dict[str, Any]:
+        return {**stamp(), "source": f"worker@{self.site}", "study": self.study,
+                "job": self.job, "site": self.site, "role": self.role, "rank": self.rank}
+
+    async def progress(self, step: int | None = None, total: int | None = None,
+                       message: str = "") -> None:
+        """Say how far the work is (`cairn job show` displays the latest)."""
+        await self.bus.publish(WorkerProgress(**self._who(), step=step, total=total,
+                                              message=message))
+
+    async def metric(self, step: int | None = None, **values: float) -> None:
+        """Record numbers for a step: `await w.metric(3, accuracy=0.91, loss=0.2)`."""
+        await self.bus.publish(WorkerMetric(**self._who(), step=step,
+                                            values={k: float(v) for k, v in values.items()}))
+
+    async def result(self, value: Any = None, files: Iterable[str | Path] = ()) -> WorkerResult:
+        """Return the worker's result: a JSON value and files, stored in `artifacts_<study>`
+        under their sha256 (`cairn job fetch` downloads them)."""
+        store = await objects(self.bus, subjects.obj_artifacts(self.study))
+        stored = []
+        for f in files:
+            path = Path(f)
+            data = await asyncio.to_thread(path.read_bytes)
+            digest = await store.put(data)
+            stored.append(ResultFile(name=path.name, digest=digest, size=len(data)))
+        event = WorkerResult(**self._who(), value=value, files=stored)
+        await self.bus.publish(event)
+        return event
+
+    # -- data plane ----------------------------------------------------------------------
+
+    async def send(self, role: str, rank: int, topic: str, payload: Any) -> str:
+        """Send to one worker of this job (bytes, or objects with numpy arrays)."""
+        return await self.data.send(role, rank, topic, payload)
+
+    async def broadcast(self, topic: str, payload: Any) -> str:
+        """Send to every other worker of this job."""
+        return await self.data.broadcast(topic, payload)
+
+    async def receive(self, topic: str, timeout: float = 60.0) -> Message:
+        """The next message on `topic` (raises `cairn.errors.Timeout`)."""
+        return await self.data.receive(topic, timeout)
+
+    async def poll(self, topic: str) -> Message | None:
+        """The next message on `topic` if one is already here, else None."""
+        return await self.data.poll(topic)
+
+    async def request(self, role: str, rank: int, topic: str, payload: Any,
+                      timeout: float = 60.0) -> Message:
+        """Ask one worker, wait for its answer (`Timeout`, or `RemoteError` if it failed)."""
+        return await self.data.request(role, rank, topic, payload, timeout)
+
+    def serve(self, topic: str, handler: Handler) -> None:
+        """Answer requests on `topic`: `handler(message)` returns the reply's payload."""
+        self.data.serve(topic, handler)
+
+    # -- peers ---------------------------------------------------------------------------
+
+    async def watch_job(self, timeout: float = 10.0) -> None:
+        """Track this job's control-plane facts: who was deployed (`self.deployments`, from
+        the coordinator's `dispatched`) and who exited (`self.exited`, `self.exits_changed`,
+        from the launchers). A server learns its clients and a client's death from them,
+        without waiting for a round's timeout."""
+        if self._exit_sub is not None:
+            return
+
+        def note(event: Any) -> None:
+            if isinstance(event, WorkerExited):
+                self.exited[(event.role, event.rank)] = event
+                self.exits_changed.set()
+            elif isinstance(event, JobDispatched):
+                self.deployments = list(event.deployments)
+
+        async def on_msg(msg: Any) -> None:
+            try:
+                note(STUDY_DECODER.decode(msg.data))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return
+
+        # Subscribe first, then read what came before: nothing falls in between.
+        subject = subjects.job_all(self.study, self.job)
+        self._exit_sub = await self.bus.subscribe_core(subject, on_msg)
+        stream = subjects.study_stream(self.study).name
+
+        async def catch_up() -> None:
+            async for r in replay(self.bus, stream, STUDY_DECODER, filters=[subject]):
+                note(r.event)
+
+        await asyncio.wait_for(catch_up(), timeout)
+
+
+def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
+    """Run `fn(worker)` for the worker the launcher started, then exit.
+
+    Exit 0 when `fn` returns; on any error, print the traceback (it lands in the worker's
+    log) and exit 1, so the launcher reports the worker as crashed. A missing environment
+    exits 2 with one line saying what is missing.
+    """
+    try:
+        worker = Worker.from_env()
+    except WorkerEnvError as exc:
+        print(f"cairn.worker: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+    async def run() -> None:
+        async with worker:
+            await fn(worker)
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"cairn.worker: {worker.role}/{worker.rank} at {worker.site} failed: {exc}",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+class SyncWorker:
+    """A blocking facade over `Worker` for code that is not async.
+
+        with SyncWorker.from_env() as w:
+            msg = w.receive("task", timeout=30)
+            w.send("server", 0, "update", {...})
+
+    The worker's event loop runs on a private thread; each call blocks until it is done.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="cairn-worker")
+
+    @classmethod
+    def from_env(cls) -> SyncWorker:
+        return cls(Worker.from_env())
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def __enter__(self) -> SyncWorker:
+        self._thread.start()
+        self._run(self.worker.connect())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._run(self.worker.close(), timeout=30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Identity and params straight from the worker (study, job, site, role, rank, ...).
+        return getattr(self.worker, name)
+
+    def progress(self, step: int | None = None, total: int | None = None,
+                 message: str = "") -> None:
+        self._run(self.worker.progress(step, total, message))
+
+    def metric(self, step: int | None = None, **values: float) -> None:
+        self._run(self.worker.metric(step, **values))
+
+    def result(self, value: Any = None, files: Iterable[str | Path] = ()) -> WorkerResult:
+        return self._run(self.worker.result(value, files))
+
+    def send(self, role: str, rank: int, topic: str, payload: Any) -> str:
+        return self._run(self.worker.send(role, rank, topic, payload))
+
+    def broadcast(self, topic: str, payload: Any) -> str:
+        return self._run(self.worker.broadcast(topic, payload))
+
+    def receive(self, topic: str, timeout: float = 60.0) -> Message:
+        return self._run(self.worker.receive(topic, timeout))
+
+    def request(self, role: str, rank: int, topic: str, payload: Any,
+                timeout: float = 60.0) -> Message:
+        return self._run(self.worker.request(role, rank, topic, payload, timeout))
