@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -166,7 +165,7 @@ async def test_worker_ending_while_launcher_is_down_is_reported(
     federation.respawn("site-site-a")
     final = await client.wait(job_id, timeout=60)
     assert final.state == "completed"
-    site_a = [w for w in final.workers.values() if w.site == "site-a"][0]
+    site_a = next(w for w in final.workers.values() if w.site == "site-a")
     assert site_a.exit_code == 0
 
 
@@ -183,4 +182,3 @@ async def test_coordinator_killed_mid_job_recovers_from_replay(
     assert final.state == "completed", (final.cause, final.message, final.workers)
     view, _ = await client.replay()
     assert view.jobs[job_id] == final
-    assert os.path.exists(federation.dir)

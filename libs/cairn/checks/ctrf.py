@@ -55,7 +55,7 @@ def check_test(name: str, status: str, *, phase: str, duration_s: float, message
     if details:
         extra["details"] = dict(details)
     return {"name": name, "status": status if status in STATUSES else "failed",
-            "rawStatus": status, "duration": int(round(duration_s * 1000)),
+            "rawStatus": status, "duration": round(duration_s * 1000),
             "message": message, "suite": phase, "type": "check", "extra": extra}
 
 

@@ -1,8 +1,8 @@
 """slurm-gres: Slurm has gres/gpu configured, and a job inside an allocation got its GPUs.
 
 Sums `gpu` GRES over `sinfo -N` nodes; when this check itself runs in a Slurm job with GPUs
-requested, `CUDA_VISIBLE_DEVICES` must name them. No Slurm configured here (or no `sinfo`): skipped with
-that reason.
+requested, `CUDA_VISIBLE_DEVICES` must name them. No Slurm configured here (or no `sinfo`):
+skipped with that reason.
 """
 
 from __future__ import annotations
