@@ -8,6 +8,7 @@ not a silently ignored key.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,7 +69,7 @@ def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str)
             if key in out:
                 raise InvalidInput(f"duplicate key {key!r}", file=file,
                                    line=key_node.start_mark.line + 1,
-                                   field=_dotted((*path, str(key))))
+                                   field=dotted((*path, str(key))))
             sub = (*path, str(key))
             lines[sub] = key_node.start_mark.line + 1
             out[key] = _build(value_node, sub, lines, file)
@@ -87,16 +88,20 @@ def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str)
         loader.dispose()
 
 
-def load(path: str | Path, type_: type[T]) -> T:
-    """Read and strictly decode one YAML file into `type_`."""
+def read_text(path: str | Path) -> str:
+    """An operator file's text; a missing or unreadable file is `InvalidInput` naming it."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidInput("file not found", file=str(p)) from None
     except OSError as exc:
         raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
-    return loads(text, type_, file=str(p))
+
+
+def load(path: str | Path, type_: type[T]) -> T:
+    """Read and strictly decode one YAML file into `type_`."""
+    return loads(read_text(path), type_, file=str(path))
 
 
 def loads(text: str, type_: type[T], *, file: str = "<input>") -> T:
@@ -135,7 +140,7 @@ def located_error(doc: YamlDocument, message: str, data: Any,
     full = (*prefix, *field_path)
     line = doc.line_of(full)
     return InvalidInput(_lower_first(msg), file=doc.file, line=line,
-                        field=_dotted(full) or None)
+                        field=dotted(full) or None)
 
 
 def _resolve(raw: str, data: Any, msg: str) -> PathKey:
@@ -159,7 +164,7 @@ def _walk(tokens: list[str | int | None], data: Any, msg: str) -> list[str | int
         unknown = re.search(r"unknown field `([^`]+)`", msg)
         for key, value in data.items():
             sub = _walk(rest, value, msg)
-            target = _get(value, sub)
+            target = value_at(value, sub)
             if len(sub) == len(rest) and (not unknown or (isinstance(target, dict)
                                                           and unknown.group(1) in target)):
                 return [str(key), *sub]
@@ -172,9 +177,10 @@ def _walk(tokens: list[str | int | None], data: Any, msg: str) -> list[str | int
     return [head, *_walk(rest, nxt, msg)]
 
 
-def _get(data: Any, path: list[str | int]) -> Any:
+def value_at(data: Any, path: Sequence[str | int]) -> Any:
+    """The parsed value at `path`, or None when absent."""
     for key in path:
-        if isinstance(data, dict):
+        if isinstance(data, Mapping):
             data = data.get(key)
         elif isinstance(data, list) and isinstance(key, int) and key < len(data):
             data = data[key]
@@ -183,7 +189,8 @@ def _get(data: Any, path: list[str | int]) -> Any:
     return data
 
 
-def _dotted(path: PathKey) -> str:
+def dotted(path: PathKey) -> str:
+    """`("roles", "client", "sites", 1)` -> `roles.client.sites[1]`, as errors name fields."""
     out = ""
     for key in path:
         out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))

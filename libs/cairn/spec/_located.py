@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cairn.errors import InvalidInput, InvalidName
 from cairn.names import check_name
-from cairn.yamlfile import PathKey, YamlDocument
+from cairn.yamlfile import PathKey, YamlDocument, dotted, value_at
 
 T = TypeVar("T")
 
@@ -51,20 +51,4 @@ class Located:
 
     def raw(self, path: PathKey) -> Any:
         """The parsed value at `path` (None when absent): to see what the user wrote."""
-        data: Any = self.doc.data
-        for key in path:
-            if isinstance(data, Mapping):
-                data = data.get(key)
-            elif isinstance(data, list) and isinstance(key, int) and key < len(data):
-                data = data[key]
-            else:
-                return None
-        return data
-
-
-def dotted(path: PathKey) -> str:
-    """`("roles", "client", "sites", 1)` -> `roles.client.sites[1]`, as errors name fields."""
-    out = ""
-    for key in path:
-        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
-    return out
+        return value_at(self.doc.data, path)

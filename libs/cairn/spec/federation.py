@@ -15,7 +15,7 @@ import msgspec
 from cairn.errors import InvalidInput
 from cairn.spec._located import Located
 from cairn.spec.roles import AdminRole
-from cairn.yamlfile import convert, parse
+from cairn.yamlfile import convert, parse, read_text
 
 ADMIN_NAME = re.compile(r"^[A-Za-z0-9._%+-]+@[a-z0-9-]+$")
 
@@ -71,12 +71,7 @@ def load_federation(path: str | Path) -> Federation:
         InvalidInput: naming file, line and field (InvalidName for a bad name).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput("file not found", file=str(p)) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+    text = read_text(p)
     return parse_federation(text, str(p))
 
 

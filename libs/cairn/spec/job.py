@@ -25,7 +25,7 @@ from cairn.spec.duration import parse_duration
 from cairn.spec.images import image_problem
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
 from cairn.spec.resources import ResourceRequest
-from cairn.yamlfile import PathKey, convert, parse
+from cairn.yamlfile import PathKey, convert, parse, read_text
 
 Placement = Literal["hub", "sites"]
 HUB_ROLE = "server"
@@ -144,12 +144,7 @@ def load_job_spec(path: str | Path) -> JobSpec:
         InvalidInput: naming file, line and field (InvalidName for a bad name).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput("file not found", file=str(p)) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+    text = read_text(p)
     return parse_job_spec(text, str(p), p.resolve().parent)
 
 

@@ -20,7 +20,7 @@ from cairn.errors import InvalidInput
 from cairn.spec._located import Located
 from cairn.spec.images import image_problem
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
-from cairn.yamlfile import PathKey, convert, parse
+from cairn.yamlfile import PathKey, convert, parse, read_text
 
 VALIDATION_STUDY = "validation"
 FORMAT = 1
@@ -150,12 +150,7 @@ def load_study_runtime(path: str | Path) -> StudyRuntime:
         InvalidInput: naming file, line and field.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput("file not found", file=str(p)) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+    text = read_text(p)
     return parse_study_runtime(text, str(p), p.resolve().parent)
 
 

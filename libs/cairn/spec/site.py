@@ -20,7 +20,7 @@ from cairn.errors import InvalidInput
 from cairn.spec._located import Located
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
 from cairn.spec.resources import ResourceRequest
-from cairn.yamlfile import convert, parse
+from cairn.yamlfile import convert, parse, read_text
 
 Backend = Literal["process", "docker", "kubernetes", "slurm"]
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -100,12 +100,7 @@ def load_site_config(
         InvalidInput: naming file, line and field.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput("file not found", file=str(p)) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+    text = read_text(p)
     return parse_site_config(text, str(p), p.resolve().parent, discover=discover)
 
 
