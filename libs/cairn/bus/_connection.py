@@ -140,6 +140,15 @@ class Bus:
             raise NotFound(f"no message {seq} in stream {stream}") from None
         return str(msg.subject or ""), dict(msg.headers or {}), bytes(msg.data or b"")
 
+    async def last_message(self, stream: str, subject: str
+                           ) -> tuple[str, dict[str, str], bytes] | None:
+        """The last stored message on `subject` (subject, headers, data), or None."""
+        try:
+            msg = await self.js.get_last_msg(stream, subject)
+        except NotFoundError:
+            return None
+        return str(msg.subject or ""), dict(msg.headers or {}), bytes(msg.data or b"")
+
     async def delete_message(self, stream: str, seq: int) -> None:
         try:
             await self.js.delete_msg(stream, seq)

@@ -20,32 +20,13 @@ def ask_site(site: str, timeout: float = 30.0) -> Snapshot:
         Unavailable: no context/bus, or no snapshotter answers for `site` (exit 7).
         Timeout: it did not answer within `timeout` seconds (exit 8).
     """
-    import msgspec
-
-    from cairn import subjects
-    from cairn.bus import objects
     from cairn.cli.session import run
     from cairn.client import Client
-    from cairn.errors import from_dict
-    from cairn.events import FEDERATION_DECODER, SnapshotRecorded
+    from cairn.snapshot.remote import ask
 
     async def body() -> Snapshot:
         async with await Client.connect(request_timeout=timeout) as client:
-            data = await client.bus.request(subjects.site_snapshot_request(site), b"{}",
-                                            timeout=timeout)
-            reply = msgspec.json.decode(data)
-            if not reply.get("ok"):
-                raise from_dict(reply.get("error") or {"message": "snapshot request failed"})
-            event = FEDERATION_DECODER.decode(msgspec.json.encode(reply["result"]))
-            if not isinstance(event, SnapshotRecorded):
-                raise InvalidInput(f"the snapshotter of {site} did not answer with a snapshot")
-            if event.snapshot is not None:
-                return model.decode(msgspec.json.encode(event.snapshot), source=site)
-            if not event.object_name:
-                raise InvalidInput(f"the snapshotter of {site} sent no snapshot")
-            # Large snapshots live in the object store; the reply names them.
-            store = await objects(client.bus, subjects.OBJ_SNAPSHOTS)
-            return model.decode(await store.get(event.object_name), source=event.object_name)
+            return await ask(client.bus, site, timeout)
 
     return run(body())
 

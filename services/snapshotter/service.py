@@ -1,0 +1,150 @@
+"""The snapshotter: records what its site really is, on start, on a schedule and on request,
+and reports drift from the snapshot before.
+
+Snapshots are published as `site.snapshot` on `cairn.site.<site>.snapshot` (FEDERATION);
+each one is compared with the previous one (read back from the stream on start) and the
+changed readings, less volatile ones, go out as `site.drift`.
+
+Options (`-O key=value`): `snapshot_interval_s` (default 3600), `snapshot_inline_max_bytes`
+(default 256 KiB), `snapshot_readings` (a JSON file of `{path: reading}` merged into the
+node's readings on every collection: facts no collector finds, and how tests simulate a
+change), `node_name` (default: the host name).
+
+Node-level facts come from this machine: on the process backend the node *is* the machine.
+Slurm and Kubernetes sites will run one collection job per node through the launcher and
+merge the nodes' readings here (docs/validation.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any, ClassVar
+
+import msgspec
+from cairn import subjects
+from cairn.errors import CairnError, InvalidInput
+from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
+from cairn.service import Runtime
+from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
+from cairn.snapshot.remote import INLINE_MAX_BYTES, latest_record, record, snapshot_of
+
+log = logging.getLogger("cairn.snapshotter")
+
+VOLATILE = ("Memory.info.available-bytes",)
+"""Readings that move from one moment to the next: never drift."""
+
+
+class SnapshotterService:
+    name: ClassVar[str] = "snapshotter"
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.site: str = config.site
+        if config.site_config:
+            from cairn.spec.site import load_site_config
+
+            self.site = load_site_config(config.site_config).site
+        options: dict[str, str] = dict(config.options or {})
+        try:
+            self.interval = float(options.get("snapshot_interval_s", 3600))
+            self.inline_max = int(options.get("snapshot_inline_max_bytes", INLINE_MAX_BYTES))
+        except ValueError as exc:
+            raise InvalidInput(f"snapshotter option: {exc}", field="option") from None
+        extra = options.get("snapshot_readings")
+        self.extra_file = Path(extra) if extra else None
+        self.node_name = options.get("node_name") or None
+        self.previous: Snapshot | None = None
+        self.taken = 0
+        self._lock = asyncio.Lock()
+        self._ready = False
+        self.rt: Runtime | None = None
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def health(self) -> dict[str, Any]:
+        return {"snapshots": self.taken,
+                "digest": self.previous.digest if self.previous else None}
+
+    async def start(self, rt: Runtime) -> None:
+        self.rt = rt
+        rt.site = self.site
+        self.previous = await self._previous()
+        await rt.serve(subjects.site_snapshot_request(self.site), self._on_request)
+        # The first snapshot is taken in the background: a slow collector must not hold up
+        # the agent and launcher that share this process.
+        rt.spawn(self._schedule(), "snapshotter-schedule")
+        self._ready = True
+
+    async def stop(self) -> None:
+        self._ready = False
+
+    async def _previous(self) -> Snapshot | None:
+        assert self.rt is not None
+        try:
+            last = await latest_record(self.rt.bus, self.site)
+            return None if last is None else await snapshot_of(self.rt.bus, last)
+        except CairnError as exc:
+            log.warning("previous snapshot unreadable, drift starts afresh: %s", exc)
+            return None
+
+    async def _schedule(self) -> None:
+        reason = "start"
+        while True:
+            try:
+                await self.take(reason)
+            except CairnError as exc:
+                log.warning("snapshot failed: %s", exc)
+            reason = "schedule"
+            await asyncio.sleep(max(1.0, self.interval))
+
+    async def _on_request(self, msg: Any) -> bytes:
+        _, event = await self.take("request")
+        return msgspec.json.encode({"ok": True, "result": msgspec.to_builtins(event)})
+
+    async def take(self, reason: str) -> tuple[Snapshot, SnapshotRecorded]:
+        """Collect, publish, and publish drift against the previous snapshot."""
+        assert self.rt is not None
+        bus = self.rt.bus
+        async with self._lock:  # one at a time: drift is always against the one before
+            snap = await asyncio.to_thread(self._collect)
+            event = await record(bus, snap, source=f"snapshotter@{self.site}", reason=reason,
+                                 inline_max=self.inline_max)
+            await bus.publish(event)
+            if self.previous is not None:
+                changes = diff(self.previous, snap, ignore=VOLATILE)
+                if changes:
+                    await bus.publish(SnapshotDrift(
+                        **stamp(), source=f"snapshotter@{self.site}", cause=event.id,
+                        site=self.site, previous=self.previous.digest, current=snap.digest,
+                        changes=[ReadingChange(path=c.path, node=c.node, before=c.before,
+                                               after=c.after) for c in changes]))
+            self.previous = snap
+            self.taken += 1
+            return snap, event
+
+    def _collect(self) -> Snapshot:
+        from cairn.snapshot.collect import collect_local
+
+        snap = collect_local(self.site, node_name=self.node_name)
+        extra = self._extra_readings()
+        if not extra:
+            return snap
+        return make_snapshot(
+            site=snap.site, taken_at=snap.taken_at, cluster=flatten(snap.cluster),
+            nodes={n.node: {**flatten(n), **extra} for n in snap.nodes},
+            node_errors={n.node: list(n.errors) for n in snap.nodes}, errors=list(snap.errors))
+
+    def _extra_readings(self) -> dict[str, Reading]:
+        if self.extra_file is None:
+            return {}
+        try:
+            data = json.loads(self.extra_file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InvalidInput(f"cannot read: {exc}", file=str(self.extra_file)) from None
+        if not isinstance(data, dict):
+            raise InvalidInput("must be a JSON object {path: reading}", file=str(self.extra_file))
+        return {str(k): v for k, v in data.items()}

@@ -1,0 +1,115 @@
+"""The validator: validates a site against a recipe on request (`cairn validate`).
+
+A request on `cairn.api.validation.run` (`{actor, args: {site, recipe, fresh?}}`) is checked
+at once (names, recipe, site) and answered with the run id; the run itself goes on in the
+background and reports as events on `cairn.validation.<site>.<recipe>.<verb>`, which is what
+`cairn validate` follows. Runs of one site are serialised: the reserved study `validation`
+allows a site one check job at a time.
+
+Check jobs are submitted to the coordinator as the validator's own actor, a project admin of
+the federation: `-O actor=NAME`, else the first project_admin of the `federation.seeded`
+event. Options: `actor`, `catalog` (recipe catalog directory; default as `cairn recipe`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar
+
+import msgspec
+from cairn import subjects
+from cairn.api import REQUEST_DECODER
+from cairn.client import Client
+from cairn.errors import InvalidInput, Unavailable
+from cairn.events import FEDERATION_DECODER, FederationSeeded
+from cairn.names import check_name, new_ulid
+from cairn.recipes import Catalog, load_catalog, resolve
+from cairn.service import Runtime
+from cairn.spec.runtime import VALIDATION_STUDY
+from cairn.validator.checkjobs import CheckJobs
+from cairn.validator.run import ValidationRun
+
+log = logging.getLogger("cairn.validator")
+
+
+class ValidatorService:
+    name: ClassVar[str] = "validator"
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        options: dict[str, str] = dict(config.options or {})
+        self.actor: str | None = options.get("actor") or None
+        self.catalog: Catalog = load_catalog(options.get("catalog") or None)
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.runs: dict[str, asyncio.Task[Any]] = {}
+        self.done = 0
+        self._ready = False
+        self.rt: Runtime | None = None
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def health(self) -> dict[str, Any]:
+        return {"running": sum(1 for t in self.runs.values() if not t.done()),
+                "completed": self.done, "actor": self.actor}
+
+    async def start(self, rt: Runtime) -> None:
+        self.rt = rt
+        await rt.serve(subjects.api_validation("run"), self._on_run, queue="validator")
+        self._ready = True
+
+    async def stop(self) -> None:
+        self._ready = False
+        for task in self.runs.values():
+            task.cancel()
+        await asyncio.gather(*self.runs.values(), return_exceptions=True)
+
+    async def _own_actor(self) -> str:
+        """The validator's actor, found once: the seed's first project admin."""
+        if self.actor:
+            return self.actor
+        assert self.rt is not None
+        try:
+            msg = await self.rt.bus.js.get_last_msg(subjects.FEDERATION_STREAM.name,
+                                                    subjects.fed("seeded"))
+            seeded = FEDERATION_DECODER.decode(bytes(msg.data or b""))
+        except Exception:  # not seeded yet, or nats' NotFound (cannot be named here)
+            seeded = None
+        if isinstance(seeded, FederationSeeded):
+            admins = [a.name for a in seeded.admins if a.role == "project_admin"]
+            if admins:
+                self.actor = admins[0]
+                return admins[0]
+        raise Unavailable("the validator has no actor: start it with -O actor=NAME (a project "
+                          "admin) or let the coordinator seed the federation first")
+
+    async def _on_run(self, msg: Any) -> bytes:
+        assert self.rt is not None
+        try:
+            req = REQUEST_DECODER.decode(msg.data or b"{}")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidInput(f"malformed validation request: {exc}") from None
+        site = check_name(req.args.get("site"), "site")
+        recipe = resolve(self.catalog, check_name(req.args.get("recipe"), "recipe"))
+        actor = await self._own_actor()
+        client = Client(self.rt.bus, study=VALIDATION_STUDY, actor=actor)
+        info = await client.site(site)  # NotFound when the site is not in `validation`
+        if not info.online:
+            raise Unavailable(f"site {site} is offline (no recent heartbeat)")
+        run_id = f"v-{new_ulid().lower()}"
+        gpus = info.capacity.gpus if info.capacity is not None else 0
+        jobs = CheckJobs(client, self.catalog, site=site, site_gpus=gpus, run=run_id)
+        run = ValidationRun(self.rt.bus, jobs, recipe, site=site, run=run_id,
+                            actor=req.actor, fresh=bool(req.args.get("fresh", True)),
+                            source=f"validator@{self.rt.site}")
+        self.runs[run_id] = self.rt.spawn(self._serialised(site, run), f"validation:{run_id}")
+        return msgspec.json.encode({"ok": True, "result": {
+            "run": run_id, "site": site, "recipe": recipe.name, "actor": actor}})
+
+    async def _serialised(self, site: str, run: ValidationRun) -> None:
+        async with self.locks.setdefault(site, asyncio.Lock()):
+            await run.execute()
+        self.done += 1
+        self.runs.pop(run.run, None)
+
