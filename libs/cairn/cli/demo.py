@@ -106,7 +106,13 @@ async def _watch(client: Any, job_id: str) -> Any:
 
 async def _validate(client: Any, site: str, recipe: str) -> None:
     _say(f"5. Validating {site} against recipe {recipe} (check jobs run through its launcher)")
-    click.echo("   (validation is not available in this build)")
+    from cairn.validation import run_validation
+
+    result = await run_validation(client, site, recipe, timeout=300)
+    for phase, item in result.phases.items():
+        click.echo(f"   {phase:<12} {item.status:<8} passed {item.passed}, failed {item.failed}, "
+                   f"skipped {item.skipped}")
+    click.echo(f"   {site} against {recipe}: {result.status} in {result.duration_s:.1f}s")
 
 
 @click.command(help=__doc__)

@@ -2,113 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import click
-import msgspec
-import yaml
 
-from cairn import subjects
-from cairn.bus import Bus, objects, replay
 from cairn.cli.output import emit, output_option
 from cairn.cli.session import run, session_options
 from cairn.client import Client
-from cairn.errors import InvalidInput, NotFound, Timeout
-from cairn.events import (
-    FEDERATION_DECODER,
-    ValidationCompleted,
-    ValidationPhase,
-    ValidationStarted,
-)
 from cairn.names import check_name
-
-CLOCK_SKEW_S = 60.0
-"""Events are read from this long before the request, so a validator whose clock is behind
-ours is still followed (events are matched by run id, so older ones never mix in)."""
-POLL_S = 0.25
-
-
-class PhaseResult(msgspec.Struct, kw_only=True):
-    status: str
-    passed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    reasons: list[str] = []
-    ctrf: dict[str, Any] | None = None
-
-
-class ValidationResult(msgspec.Struct, kw_only=True):
-    """What `-o json|yaml` prints (stable fields)."""
-
-    run: str
-    site: str
-    recipe: str
-    status: str
-    duration_s: float = 0.0
-    message: str = ""
-    snapshot_digest: str = ""
-    phases: dict[str, PhaseResult] = {}
-
-
-async def follow(bus: Bus, site: str, recipe: str, run_id: str, since: datetime,
-                 timeout: float) -> list[Any]:
-    """The run's events, in order, until `validation.completed`.
-
-    Raises:
-        Timeout: the run did not complete within `timeout` seconds.
-    """
-    stream = subjects.FEDERATION_STREAM.name
-    filters = [subjects.validation_all(site, recipe)]
-    found: list[Any] = []
-    last = 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        start: dict[str, Any] = {"start_seq": last + 1} if last else {"start_time": since}
-        async for item in replay(bus, stream, FEDERATION_DECODER, filters=filters, **start):
-            last = max(last, item.seq)
-            event = item.event
-            if getattr(event, "run", None) == run_id:
-                found.append(event)
-                if isinstance(event, ValidationCompleted):
-                    return found
-        await asyncio.sleep(POLL_S)
-    raise Timeout(f"validation {run_id} did not complete within {timeout:g}s")
-
-
-def result_of(events: list[Any]) -> ValidationResult:
-    done = next(e for e in events if isinstance(e, ValidationCompleted))
-    started = next((e for e in events if isinstance(e, ValidationStarted)), None)
-    phases = {e.phase: PhaseResult(status=e.status, passed=e.passed, failed=e.failed,
-                                   skipped=e.skipped, reasons=list(e.reasons), ctrf=e.ctrf)
-              for e in events if isinstance(e, ValidationPhase)}
-    return ValidationResult(run=done.run, site=done.site, recipe=done.recipe, status=done.status,
-                            duration_s=done.duration_s, message=done.message,
-                            snapshot_digest=started.snapshot_digest if started else "",
-                            phases=phases)
-
-
-async def write_out(bus: Bus, out: Path, result: ValidationResult, events: list[Any]) -> None:
-    """DIR/result.json, DIR/ctrf/<phase>.json, DIR/snapshot.json, DIR/recipe.resolved.yaml:
-    the files an evidence bundle holds."""
-    try:
-        (out / "ctrf").mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_bytes(msgspec.json.format(msgspec.json.encode(result)))
-        for phase, item in result.phases.items():
-            (out / "ctrf" / f"{phase}.json").write_text(json.dumps(item.ctrf, indent=2) + "\n")
-        started = next((e for e in events if isinstance(e, ValidationStarted)), None)
-        if started is not None and started.resolved is not None:
-            (out / "recipe.resolved.yaml").write_text(
-                yaml.safe_dump(started.resolved, sort_keys=False))
-        if started is not None and started.snapshot_object:
-            store = await objects(bus, subjects.OBJ_SNAPSHOTS)
-            (out / "snapshot.json").write_bytes(await store.get(started.snapshot_object))
-    except OSError as exc:
-        raise InvalidInput(f"cannot write: {exc.strerror or exc}", file=str(out)) from None
+from cairn.validation import ValidationResult, run_validation
 
 
 def print_result(result: ValidationResult) -> None:
@@ -175,16 +77,8 @@ def validate(site: str, recipe: str, out: Path | None, timeout: float, no_fresh:
 
     async def body() -> ValidationResult:
         async with await Client.connect(study=study, actor=actor) as client:
-            since = datetime.now(UTC) - timedelta(seconds=CLOCK_SKEW_S)
-            answer = await client.call(subjects.api_validation("run"),
-                                       {"site": site, "recipe": recipe, "fresh": not no_fresh})
-            if not isinstance(answer, dict) or "run" not in answer:
-                raise NotFound(f"unexpected answer from the validator: {answer!r}")
-            events = await follow(client.bus, site, recipe, str(answer["run"]), since, timeout)
-            result = result_of(events)
-            if out is not None:
-                await write_out(client.bus, out, result, events)
-            return result
+            return await run_validation(client, site, recipe, fresh=not no_fresh,
+                                        timeout=timeout, out=out)
 
     result = run(body())
     emit(result, output, table=print_result)
