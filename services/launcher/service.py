@@ -219,7 +219,10 @@ class LauncherService:
         cause = result.cause
         if result.exit_code == 0:
             cause = None  # a clean exit is a clean exit, even after a cancel
-        elif record.cancelled and cause in ("crashed", None):
+        elif (record.cancelled and cause in ("crashed", None)
+              and (result.exit_code is None or result.exit_code >= 128)):
+            # Killed by a signal after we asked it to stop (the backend may not know, after a
+            # restart): that is the cancel. A worker that failed on its own keeps its cause.
             cause = "cancelled"
         await self.bus.publish(WorkerExited(**self._event_base(record, "exited"),
                                             exit_code=result.exit_code, reason=cause,
