@@ -112,9 +112,9 @@ class EmbeddedFederation:
         self.write_files(url)
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
-        self._spawn("coordinator", self.hub, ("coordinator",),
+        # The validator runs once per federation, beside the coordinator: one parent less.
+        self._spawn("coordinator", self.hub, ("coordinator", "validator"),
                     ["--federation", str(self.federation_file)])
-        self._spawn("validator", self.hub, ("validator",), [])
         for site in self.sites:
             self._spawn(f"site-{site}", site, SITE_SERVICES,
                         ["--site-config", str(self.site_config(site))])
@@ -123,7 +123,7 @@ class EmbeddedFederation:
         assert self.nats is not None
         log = self.dir / "logs" / f"{name}.log"
         env = self._env()
-        cmd = [sys.executable, "-m", "cairn", "run", *services, "--site", site,
+        cmd = [sys.executable, "-m", "cairn._serve", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,

@@ -51,6 +51,7 @@ class SnapshotterService:
         try:
             self.interval = float(options.get("snapshot_interval_s", 3600))
             self.inline_max = int(options.get("snapshot_inline_max_bytes", INLINE_MAX_BYTES))
+            self.initial_delay = float(options.get("snapshot_initial_delay_s", 1.0))
         except ValueError as exc:
             raise InvalidInput(f"snapshotter option: {exc}", field="option") from None
         extra = options.get("snapshot_readings")
@@ -92,6 +93,9 @@ class SnapshotterService:
             return None
 
     async def _schedule(self) -> None:
+        # A moment's grace: the first snapshot's collectors (docker, slurm probes) would
+        # otherwise compete for the CPU with every parent that is starting up beside it.
+        await asyncio.sleep(self.initial_delay)
         reason = "start"
         while True:
             try:
