@@ -11,7 +11,6 @@ from typing import Any
 
 import cairn
 from cairn.events import Event
-
 from tools._schemas import (
     CHANNELS,
     GENERATED_BY,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
 from cairn import subjects
 from cairn.events import Event, event_types, tag_of
 

@@ -21,12 +21,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
 from cairn import events as ev
 from cairn import subjects, telemetry
 from cairn.bus import MSG_ID, Bus, Delivery, Subscription, replay
 from cairn.natsserver import NatsServer
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 N_PUBLISH = 20_000
 ROUNDS = 3

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from cairn.client import Client
 from cairn.context import Context
 from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import msgspec
+
 from cairn.recipes import (
     Catalog,
     Constraint,

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import msgspec
+
 from cairn import events as ev
 from cairn.bus import Bus, replay
 from cairn.client import Client

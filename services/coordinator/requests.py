@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
+
 from cairn import api
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import msgspec
+
 from cairn import api, subjects
 from cairn.bus import Delivery, kv, replay
 from cairn.coordinator.decide import Context, SiteStatus, decide_job, site_status

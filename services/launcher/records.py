@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Literal
 
 import msgspec
+
 from cairn.launcher.backends.base import LaunchHandle, WorkerExit
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
+
 from cairn import subjects, telemetry
 from cairn.bus import KV, Delivery, kv, objects
 from cairn.errors import CairnError, InvalidInput, NotFound

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
+
 from cairn import subjects
 from cairn.errors import CairnError, InvalidInput
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
 from cairn.checks import ctrf
 from cairn.recipes import (
     PHASES,

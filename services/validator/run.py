@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+
 from cairn.bus import Bus
 from cairn.errors import CairnError
 from cairn.events import ValidationCompleted, ValidationPhase, ValidationStarted, stamp

@@ -18,6 +18,7 @@ import logging
 from typing import Any, ClassVar
 
 import msgspec
+
 from cairn import subjects
 from cairn.api import REQUEST_DECODER
 from cairn.client import Client

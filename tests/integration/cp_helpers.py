@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, replay

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
+
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, Delivery, Subscription, kv, objects, replay

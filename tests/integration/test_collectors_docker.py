@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 
 from cairn.snapshot.collectors import container
-
 from tests.fixtures.docker import DockerEngine
 
 

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from cairn.snapshot.collectors import slurm
-
 from tests.fixtures.slurm import SlurmCluster, free_port
 
 

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+
 from cairn import events as ev
 from cairn.client import Client
 from cairn.embedded import EmbeddedFederation
 from cairn.errors import InvalidInput, InvalidName, NotFound
 from cairn.events import StudyAdmin
-
 from tests.fixtures.federation import connect
 from tests.integration.cp_helpers import (
     default_policy,

@@ -7,13 +7,14 @@ import json
 import sys
 
 import yaml
+from click.testing import CliRunner
+
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import MSG_ID, Bus, Delivery, Subscription, replay
 from cairn.cli.main import main
 from cairn.client import get_message
 from cairn.natsserver import NatsServer
-from click.testing import CliRunner
 
 STUDY = "lung"
 GARBAGE = b'{"type": "job.submitted", "this is": "not a job"}'

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, objects, replay
 from cairn.client import Client
 from cairn.embedded import EmbeddedFederation
 from cairn.state.job import JobState
-
 from tests.fixtures.federation import connect, make_federation
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from cairn.errors import Conflict
 from cairn.launcher.backends import (
     DatasetMount,

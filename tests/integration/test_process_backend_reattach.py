@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.launcher.backends import LaunchHandle, LaunchSpec, WorkerExit, _proc, make_launch_id
 from cairn.launcher.backends.process import ProcessBackend
 

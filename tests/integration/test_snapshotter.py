@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
+
 from cairn import service, subjects
 from cairn.bus import Bus, replay
 from cairn.events import FEDERATION_DECODER, SnapshotRecorded

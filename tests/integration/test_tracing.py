@@ -7,10 +7,10 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+
 from cairn import events as ev
 from cairn import subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
-
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 STUDY = "traced"

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, replay
 from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
-
 from tests.fixtures.federation import make_federation
 from tests.integration.cp_helpers import study_events
 

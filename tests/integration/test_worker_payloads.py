@@ -9,12 +9,12 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+
 from cairn import subjects
 from cairn.bus import Bus, objects, replay
 from cairn.client import Client
 from cairn.dataplane import encode_payload
 from cairn.embedded import EmbeddedFederation
-
 from tests.integration.cp_helpers import write_job
 
 APP = '''\

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn import events as ev
 from cairn.state import view
 from cairn.state.view import StudyView

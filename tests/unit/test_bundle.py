@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from cairn import bundle
 from cairn.errors import InvalidInput
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 import pytest
-from cairn.cli.main import cli, main
 from click.testing import CliRunner
+
+from cairn.cli.main import cli, main
 
 GROUPS = ("study", "job", "site", "events", "replay", "deadletter")
 

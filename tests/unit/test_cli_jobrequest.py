@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
+
 from cairn import events as ev
 from cairn.bus import Replayed
 from cairn.jobrequest import REQUEST_FIELDS, JobRequest, request_of_spec, request_of_submitted

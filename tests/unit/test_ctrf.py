@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cairn.checks import ctrf
 from cairn.recipes import ConstraintResult
 

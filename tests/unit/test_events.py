@@ -11,11 +11,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cairn import events as ev
 from cairn import subjects
 from cairn.names import NAME_RULE
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 EVENT_TYPES = ev.event_types()
 TAGS = [ev.tag_of(t) for t in EVENT_TYPES]

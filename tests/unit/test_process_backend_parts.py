@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.errors import InvalidInput
 from cairn.launcher.backends import (
     Backend,

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from cairn.errors import InvalidInput, InvalidName
 from cairn.recipes import (
     PHASES,

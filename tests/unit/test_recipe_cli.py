@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from cairn.cli.main import main
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cairn.recipes.expressions import ExpressionError, Reading, parse_expression
 
 CASES: list[tuple[str, Reading, bool]] = [

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cairn.errors import InvalidInput, NotFound
 from cairn.recipes import Catalog, Criteria, load_checks, load_criteria, match, query_value, resolve
 from cairn.recipes.catalog import RecipeEntry, parse_recipe
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from cairn.recipes.versions import caret_upper, compare_versions, parse_version
 from hypothesis import given
 from hypothesis import strategies as st
+
+from cairn.recipes.versions import caret_upper, compare_versions, parse_version
 
 
 @pytest.mark.parametrize(

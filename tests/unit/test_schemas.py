@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cairn.events import event_types, tag_of
 
+from cairn.events import event_types, tag_of
 from tools._schemas import CHANNELS, SERVICES, writer_of
 from tools.export_schemas import generate
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from cairn.cli.main import main
 from cairn.snapshot import encode, make_snapshot
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from cairn.snapshot.collectors import gpu
 from cairn.snapshot.collectors.gpu_smi import parse_query_xml, parse_smi_table
 from cairn.snapshot.collectors.gpu_topology import parse_topo, topo_readings

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.errors import InvalidInput, InvalidName, NotFound
 from cairn.snapshot import (
     Change,
@@ -20,8 +23,6 @@ from cairn.snapshot import (
     make_snapshot,
     parse_path,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 NODE = {

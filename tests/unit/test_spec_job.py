@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.errors import InvalidInput, InvalidName
 from cairn.spec import JobSpec, ResourceRequest, load_job_spec, parse_job_spec
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.errors import InvalidInput
 from cairn.spec import (
     format_cpus,
@@ -13,8 +16,6 @@ from cairn.spec import (
     parse_gpus,
     parse_memory,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from cairn.errors import InvalidInput, InvalidName
 from cairn.spec import (
     Cause,

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from cairn.errors import InvalidInput, InvalidName
 from cairn.spec import ResourceRequest, SiteConfig, discover_inventory, load_site_config
 from cairn.spec.site import parse_site_config

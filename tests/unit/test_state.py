@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cairn import events as ev
 from cairn.state import job as job_state
 from cairn.state import view
 from cairn.state.job import JOB_ORDER, WORKER_ORDER
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STUDY = "demo"

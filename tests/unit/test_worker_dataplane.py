@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cairn import dataplane
-from cairn.dataplane import DataPlane, Message, RemoteError, decode_payload, encode_payload
-from cairn.errors import InvalidInput, Timeout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+from cairn import dataplane
+from cairn.dataplane import DataPlane, Message, RemoteError, decode_payload, encode_payload
+from cairn.errors import InvalidInput, Timeout
 
 # -- codec ------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 import msgspec
+
 from cairn.launcher.backends._proc import signal_name
 from cairn.launcher.backends.base import ExitCause
 

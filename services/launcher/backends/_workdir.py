@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 import msgspec
+
 from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._exitcause import LOG_TAIL_BYTES, ExitRecord
 from cairn.launcher.backends.base import LaunchSpec

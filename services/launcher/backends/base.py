@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
+
 from cairn.errors import InvalidInput
 from cairn.events.launch import DatasetMount
 

@@ -11,7 +11,6 @@ import time
 
 from cairn.rounds import run_client
 from cairn.worker import Worker, main
-
 from fedavg import model as lr
 
 

@@ -7,9 +7,9 @@ set that the setup step writes into the hub's own dataset folder.
 from __future__ import annotations
 
 import numpy as np
+
 from cairn.rounds import run_server
 from cairn.worker import Worker, main
-
 from fedavg import model as lr
 
 
