@@ -112,15 +112,18 @@ class Subscription(Generic[T]):
 
     async def _run(self) -> None:
         delay = 0.05
+        more = False
         while not self._stopping.is_set():
             try:
-                msgs = await self._psub.fetch(self.batch, timeout=self.fetch_timeout)
+                msgs = await self._next_batch(more)
             except TimeoutError:
+                more = False
                 continue
             except NotFoundError:
                 await self._rebind()
                 continue
             except Exception as exc:
+                more = False
                 if self._stopping.is_set():
                     break
                 if "timeout" in type(exc).__name__.lower():
@@ -132,6 +135,8 @@ class Subscription(Generic[T]):
                     await self._rebind()
                 continue
             delay = 0.05
+            # A full batch hints at a backlog: drain it before waiting again.
+            more = len(msgs) >= (self.batch if more else 1)
             self._idle.clear()
             try:
                 # Everything fetched is handled and acked, even when a stop arrives meanwhile.
@@ -142,6 +147,20 @@ class Subscription(Generic[T]):
                 log.debug("flush after batch failed: %s", exc)
             finally:
                 self._idle.set()
+
+    async def _next_batch(self, backlog: bool) -> list[Msg]:
+        """The next messages to handle.
+
+        A pull for N messages that gets fewer stays open until it expires, so waiting for a
+        batch would hold a lone message back for up to `fetch_timeout`. Idle, we long-poll
+        for one message (it is handed over the moment it arrives); with a backlog we take
+        what is there in one short pull.
+        """
+        if backlog:
+            msgs: list[Msg] = await self._psub.fetch(self.batch, timeout=0.005)
+        else:
+            msgs = await self._psub.fetch(1, timeout=self.fetch_timeout)
+        return msgs
 
     async def _rebind(self) -> None:
         try:
