@@ -45,6 +45,8 @@ class EmbeddedFederation:
     port: int = 0
     heartbeat_s: float = 0.5
     extra_env: dict[str, str] = field(default_factory=dict)
+    site_options: dict[str, str] = field(default_factory=dict)
+    """`-O key=value` options for every site process (agent, launcher, snapshotter)."""
     nats: NatsServer | None = None
     processes: list[Process] = field(default_factory=list)
 
@@ -116,8 +118,9 @@ class EmbeddedFederation:
         self._spawn("coordinator", self.hub, ("coordinator", "validator"),
                     ["--federation", str(self.federation_file)])
         for site in self.sites:
+            options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
             self._spawn(f"site-{site}", site, SITE_SERVICES,
-                        ["--site-config", str(self.site_config(site))])
+                        ["--site-config", str(self.site_config(site)), *options])
 
     def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str]) -> None:
         assert self.nats is not None

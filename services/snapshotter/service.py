@@ -10,9 +10,11 @@ Options (`-O key=value`): `snapshot_interval_s` (default 3600), `snapshot_inline
 node's readings on every collection: facts no collector finds, and how tests simulate a
 change), `node_name` (default: the host name).
 
-Node-level facts come from this machine: on the process backend the node *is* the machine.
-Slurm and Kubernetes sites will run one collection job per node through the launcher and
-merge the nodes' readings here (docs/validation.md).
+Node-level facts: `snapshot_collect=local` collects on this machine (the default where the
+node *is* the machine: process and docker backends); `snapshot_collect=jobs` (the default for
+Slurm and Kubernetes sites) runs one collection job per node through the site's launcher and
+merges the nodes' readings with the cluster-level facts of the scheduler's API, collected
+here. `actor` names who submits those jobs (default: the seed's first project admin).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
 from cairn.service import Runtime
 from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
 from cairn.snapshot.remote import INLINE_MAX_BYTES, latest_record, record, snapshot_of
+from cairn.snapshotter.nodejobs import collect_nodes, expected_nodes
 
 log = logging.getLogger("cairn.snapshotter")
 
@@ -44,15 +47,23 @@ class SnapshotterService:
     def __init__(self, config: Any) -> None:
         self.config = config
         self.site: str = config.site
-        if config.site_config:
-            from cairn.spec.site import load_site_config
+        from cairn.spec.site import load_site_config
 
+        if config.site_config:
             self.site = load_site_config(config.site_config).site
         options: dict[str, str] = dict(config.options or {})
         try:
             self.interval = float(options.get("snapshot_interval_s", 3600))
             self.inline_max = int(options.get("snapshot_inline_max_bytes", INLINE_MAX_BYTES))
             self.initial_delay = float(options.get("snapshot_initial_delay_s", 1.0))
+            backend = "process"
+            if config.site_config:
+                backend = load_site_config(config.site_config).backend
+            self.mode = options.get("snapshot_collect") or (
+                "jobs" if backend in ("slurm", "kubernetes") else "local")
+            if self.mode not in ("local", "jobs"):
+                raise ValueError(f"snapshot_collect must be local or jobs, not {self.mode!r}")
+            self.actor = options.get("actor") or None
         except ValueError as exc:
             raise InvalidInput(f"snapshotter option: {exc}", field="option") from None
         extra = options.get("snapshot_readings")
@@ -115,7 +126,10 @@ class SnapshotterService:
         assert self.rt is not None
         bus = self.rt.bus
         async with self._lock:  # one at a time: drift is always against the one before
-            snap = await asyncio.to_thread(self._collect)
+            if self.mode == "jobs":
+                snap = await self._collect_with_jobs()
+            else:
+                snap = await asyncio.to_thread(self._collect)
             event = await record(bus, snap, source=f"snapshotter@{self.site}", reason=reason,
                                  inline_max=self.inline_max)
             await bus.publish(event)
@@ -142,6 +156,25 @@ class SnapshotterService:
             site=snap.site, taken_at=snap.taken_at, cluster=flatten(snap.cluster),
             nodes={n.node: {**flatten(n), **extra} for n in snap.nodes},
             node_errors={n.node: list(n.errors) for n in snap.nodes}, errors=list(snap.errors))
+
+    async def _collect_with_jobs(self) -> Snapshot:
+        """Cluster facts from the scheduler's API here, node facts from collection jobs."""
+        from cairn.snapshot.collect import collect_local
+
+        assert self.rt is not None
+        here = await asyncio.to_thread(collect_local, self.site, collectors={})
+        scheduler_nodes = [n.node for n in here.nodes if flatten(n)]
+        nodes, errors = await collect_nodes(self.rt.bus, self.site,
+                                            expected_nodes(scheduler_nodes), self.actor)
+        extra = self._extra_readings()
+        readings = {n.node: {**flatten(n), **extra} for n in nodes}
+        for n in here.nodes:  # what the scheduler says of each node, beside what it says itself
+            if flatten(n):
+                readings.setdefault(n.node, {}).update(flatten(n))
+        return make_snapshot(
+            site=self.site, taken_at=here.taken_at, cluster=flatten(here.cluster),
+            nodes=readings, node_errors={n.node: list(n.errors) for n in nodes},
+            errors=[*here.errors, *errors])
 
     def _extra_readings(self) -> dict[str, Reading]:
         if self.extra_file is None:

@@ -23,9 +23,9 @@ from cairn import subjects
 from cairn.api import REQUEST_DECODER
 from cairn.client import Client
 from cairn.errors import InvalidInput, Unavailable
-from cairn.events import FEDERATION_DECODER, FederationSeeded
 from cairn.names import check_name, new_ulid
 from cairn.recipes import Catalog, load_catalog, resolve
+from cairn.seed import project_admin
 from cairn.service import Runtime
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.validator.checkjobs import CheckJobs
@@ -71,17 +71,10 @@ class ValidatorService:
         if self.actor:
             return self.actor
         assert self.rt is not None
-        try:
-            msg = await self.rt.bus.js.get_last_msg(subjects.FEDERATION_STREAM.name,
-                                                    subjects.fed("seeded"))
-            seeded = FEDERATION_DECODER.decode(bytes(msg.data or b""))
-        except Exception:  # not seeded yet, or nats' NotFound (cannot be named here)
-            seeded = None
-        if isinstance(seeded, FederationSeeded):
-            admins = [a.name for a in seeded.admins if a.role == "project_admin"]
-            if admins:
-                self.actor = admins[0]
-                return admins[0]
+        admin = await project_admin(self.rt.bus)
+        if admin is not None:
+            self.actor = admin
+            return admin
         raise Unavailable("the validator has no actor: start it with -O actor=NAME (a project "
                           "admin) or let the coordinator seed the federation first")
 
