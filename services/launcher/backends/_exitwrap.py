@@ -5,89 +5,124 @@ so it starts fast and a study's PYTHONPATH cannot change it) as the leader of a 
 It then:
 
 1. changes to the working directory and pins CPUs (the child inherits both);
-2. starts the real command; in the child, before exec, it joins the worker's cgroup or sets
-   RLIMIT_AS, so the wrapper itself stays outside the memory limit and survives an OOM kill
-   of the worker to write the record;
+2. forks and execs the real command; in the child, before exec, it joins the worker's cgroup
+   or sets RLIMIT_AS, so the wrapper itself stays outside the memory limit and survives an
+   OOM kill of the worker to write the record;
 3. ignores SIGTERM/SIGINT/SIGHUP for itself: the launcher signals the whole process group,
    so the worker gets the signal directly, and the wrapper must outlive it to write the record
    (a SIGKILL to the group ends the wrapper too; the launcher then knows it cancelled);
 4. writes `exit.json` = {code, signal, error} atomically, and exits with the worker's code
    (or 128 + signal), so a launcher that is still its parent sees the same result.
 
-Usage: python -I -S _exitwrap.py '<json config>'  (config: see `main`).
+It sits on every launch's path, so it imports almost nothing: no json (its `re` import costs
+more than the rest of the wrapper), no subprocess (fork, exec and waitpid are enough).
+
+Usage: python -I -S _exitwrap.py EXIT_PATH CWD CPUS CGROUP_PROCS RLIMIT_AS -- ARGV...
+(CPUS a comma list or "-", CGROUP_PROCS a path or "-", RLIMIT_AS bytes or "-").
 """
 
-from __future__ import annotations
-
-import json
 import os
 import resource
 import signal
-import subprocess
 import sys
-from collections.abc import Callable
-from typing import Any
 
 # Exit status when the command could not be started, as shells use for "not found".
 SPAWN_FAILED = 127
 
 
-def write_record(path: str, record: dict[str, Any]) -> None:
-    """Write the exit record atomically: a reader never sees half a file."""
+def _json_str(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def write_record(path: str, code: int | None, signum: int | None, error: str | None) -> None:
+    """Write the exit record atomically: a reader never sees half a file.
+
+    No fsync: the record must outlive the launcher, not the machine (a machine that goes
+    down takes its workers with it).
+    """
+    def num(value: int | None) -> str:
+        return "null" if value is None else str(value)
+
+    body = (f'{{"code": {num(code)}, "signal": {num(signum)}, '
+            f'"error": {"null" if error is None else _json_str(error)}}}')
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+        fh.write(body)
     os.replace(tmp, path)
 
 
-def confine(cgroup_procs: str | None, rlimit_as: int | None) -> Callable[[], None]:
-    """The child's pre-exec step: join the cgroup or cap its address space."""
-
-    def step() -> None:
+def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
+           report: int) -> None:
+    """In the forked child: confine, exec; on failure tell the parent why and exit."""
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        if cgroup_procs:
+            with open(cgroup_procs, "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
+        if rlimit_as:
+            resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        os.execvp(argv[0], argv)
+    except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
         try:
-            if cgroup_procs:
-                with open(cgroup_procs, "w", encoding="ascii") as fh:
-                    fh.write(str(os.getpid()))
-            if rlimit_as:
-                resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
-        except OSError as exc:
-            # subprocess reports only "Exception occurred in preexec_fn"; say what, in the log.
-            os.write(2, f"cairn: cannot apply the memory limit: {exc}\n".encode())
-            raise
-
-    return step
+            os.write(report, f"{type(exc).__name__}: {exc}".encode())
+        finally:
+            os._exit(SPAWN_FAILED)
 
 
-def main(argv: list[str]) -> int:
-    """Config keys: argv, cwd, exit_path, cpus (list or empty), cgroup_procs, rlimit_as."""
-    config = json.loads(argv[1])
-    exit_path: str = config["exit_path"]
+def main(args: list[str]) -> int:
+    exit_path, cwd, cpus, cgroup_procs, rlimit_as = args[1:6]
+    argv = args[7:] if len(args) > 6 and args[6] == "--" else []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        # A Python-level handler, not SIG_IGN: handlers reset to default on exec, so the
+        # A Python-level handler, not SIG_IGN: the child resets them before exec, so the
         # worker still dies of SIGTERM unless it chooses otherwise.
         signal.signal(signum, lambda *_: None)
+    read_end, write_end = os.pipe()
     try:
-        os.chdir(config["cwd"])
-        if config.get("cpus"):
-            os.sched_setaffinity(0, config["cpus"])
-        child = subprocess.Popen(
-            config["argv"],
-            stdin=subprocess.DEVNULL,
-            preexec_fn=confine(config.get("cgroup_procs"), config.get("rlimit_as")),
-        )
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        message = f"cannot start {config['argv'][0]!r}: {exc}"
+        if not argv:
+            raise ValueError("no command given")
+        os.chdir(cwd)
+        if cpus != "-":
+            os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
+        os.set_inheritable(write_end, False)  # closed by a successful exec
+        pid = os.fork()
+    except (OSError, ValueError) as exc:
+        message = f"cannot start {argv[0] if argv else '(nothing)'!r}: {exc}"
         print(f"cairn: {message}", file=sys.stderr, flush=True)
-        write_record(exit_path, {"code": None, "signal": None, "error": message})
+        write_record(exit_path, None, None, message)
         return SPAWN_FAILED
-    returncode = child.wait()  # EINTR from our no-op handlers is retried (PEP 475)
-    if returncode < 0:
-        write_record(exit_path, {"code": None, "signal": -returncode, "error": None})
-        return 128 - returncode
-    write_record(exit_path, {"code": returncode, "signal": None, "error": None})
-    return returncode
+    if pid == 0:
+        os.close(read_end)
+        _child(argv, None if cgroup_procs == "-" else cgroup_procs,
+               None if rlimit_as == "-" else int(rlimit_as), write_end)
+    os.close(write_end)
+    failure = b""
+    while chunk := os.read(read_end, 4096):  # empty at once when the exec succeeded
+        failure += chunk
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)  # EINTR from our no-op handlers is retried (PEP 475)
+    if failure:
+        message = f"cannot start {argv[0]!r}: {failure.decode(errors='replace')}"
+        print(f"cairn: {message}", file=sys.stderr, flush=True)
+        write_record(exit_path, None, None, message)
+        return SPAWN_FAILED
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        write_record(exit_path, None, -code, None)
+        return 128 - code
+    write_record(exit_path, code, None, None)
+    return code
 
 
 if __name__ == "__main__":

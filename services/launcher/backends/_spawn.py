@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -31,21 +30,22 @@ def spawn_worker(
     Raises:
         LaunchFailed: the interpreter could not be started.
     """
-    config = {
-        "argv": argv,
-        "cwd": str(workdir),
-        "exit_path": str(exit_path(workdir)),
-        "cpus": cpus,
-        "cgroup_procs": limit.cgroup_procs,
-        "rlimit_as": limit.rlimit_as,
-    }
+    args = [
+        str(exit_path(workdir)),
+        str(workdir),
+        ",".join(str(c) for c in cpus) or "-",
+        limit.cgroup_procs or "-",
+        str(limit.rlimit_as) if limit.rlimit_as else "-",
+        "--",
+        *argv,
+    ]
     log_flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     try:
         return os.posix_spawn(
             python,
             # -I -S: the wrapper is standard library only; a study's PYTHONPATH or a user
             # site cannot change it, and it starts faster.
-            [python, "-I", "-S", str(WRAPPER), json.dumps(config)],
+            [python, "-I", "-S", str(WRAPPER), *args],
             env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
