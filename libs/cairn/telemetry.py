@@ -1,9 +1,11 @@
 """OpenTelemetry for Cairn: one tracer provider, W3C trace context over NATS headers.
 
 Tracing is on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (OTLP/HTTP export, batched) or when
-`setup(..., exporter=...)` is given one; otherwise every helper here is a cheap no-op. The
-traceparent header is written and parsed by hand: the generic propagator machinery costs
-more than a publish on this path.
+`setup(..., exporter=...)` is given one. Off, OpenTelemetry is not even imported (it costs a
+parent or a worker tens of milliseconds at start): the traceparent a message came with is
+still carried to whatever its handler publishes, through a context variable. The
+traceparent header is written and parsed by hand: the generic propagator machinery costs more
+than a publish on this path.
 """
 
 from __future__ import annotations
@@ -11,26 +13,21 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
-
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import (
-    NonRecordingSpan,
-    SpanContext,
-    SpanKind,
-    TraceFlags,
-    format_span_id,
-    format_trace_id,
-)
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import SpanContext, Tracer
 
 TRACEPARENT = "traceparent"
-_tracer: trace.Tracer | None = None
+_tracer: Tracer | None = None
 _provider: TracerProvider | None = None
+# With tracing off: the traceparent of the message being handled, passed on to publishes;
+# in a worker, the job's (TRACEPARENT, from the launcher) until a message says otherwise.
+_passed_on: ContextVar[str | None] = ContextVar("cairn_traceparent",
+                                                default=os.environ.get("TRACEPARENT") or None)
 
 
 def setup(service_name: str, *, exporter: SpanExporter | None = None,
@@ -74,8 +71,7 @@ def enabled() -> bool:
 
 
 def format_traceparent(ctx: SpanContext) -> str:
-    return (f"00-{format_trace_id(ctx.trace_id)}-{format_span_id(ctx.span_id)}-"
-            f"{int(ctx.trace_flags):02x}")
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
 def parse_traceparent(value: str | None) -> SpanContext | None:
@@ -91,12 +87,18 @@ def parse_traceparent(value: str | None) -> SpanContext | None:
         return None
     if trace_id == 0 or span_id == 0:
         return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
     return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True,
                        trace_flags=TraceFlags(flags))
 
 
 def current_traceparent() -> str | None:
     """The traceparent of the current span, for handing to a worker (`TRACEPARENT`)."""
+    if _tracer is None:
+        return _passed_on.get()
+    from opentelemetry import trace
+
     ctx = trace.get_current_span().get_span_context()
     return format_traceparent(ctx) if ctx.is_valid else None
 
@@ -105,8 +107,9 @@ def start_producer(subject: str, message_id: str) -> tuple[Any, str | None]:
     """Start a PRODUCER span for one publish; returns (span or None, traceparent to send)."""
     tracer = _tracer
     if tracer is None:
-        parent = trace.get_current_span().get_span_context()
-        return None, (format_traceparent(parent) if parent.is_valid else None)
+        return None, _passed_on.get()
+    from opentelemetry.trace import SpanKind
+
     span = tracer.start_span(
         f"{subject} publish", kind=SpanKind.PRODUCER,
         attributes={"messaging.system": "nats", "messaging.destination.name": subject,
@@ -127,14 +130,17 @@ class ProducerBatch:
         self.limit = limit
         self._span: Any = None
         self._traceparent: str | None = None
-        self._parent: SpanContext | None = None
+        self._parent: Any = None
         self._count = 0
 
     def traceparent(self, subject: str) -> str | None:
         tracer = _tracer
-        parent = trace.get_current_span().get_span_context()
         if tracer is None:
-            return format_traceparent(parent) if parent.is_valid else None
+            return _passed_on.get()
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind
+
+        parent = trace.get_current_span().get_span_context()
         if self._span is None or self._count >= self.limit or parent != self._parent:
             self.end()
             self._parent = parent
@@ -157,18 +163,21 @@ class ProducerBatch:
 def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str,
                   message_id: str | None = None) -> Iterator[None]:
     """Run a handler inside a CONSUMER span whose parent is the message's traceparent."""
-    remote = parse_traceparent((headers or {}).get(TRACEPARENT))
-    parent_ctx = trace.set_span_in_context(NonRecordingSpan(remote)) if remote else None
+    incoming = (headers or {}).get(TRACEPARENT)
     tracer = _tracer
     if tracer is None:
         # Tracing off here, but keep the caller's trace flowing to anything published next.
-        token = otel_context.attach(parent_ctx) if parent_ctx is not None else None
+        token = _passed_on.set(incoming)
         try:
             yield
         finally:
-            if token is not None:
-                otel_context.detach(token)
+            _passed_on.reset(token)
         return
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanKind
+
+    remote = parse_traceparent(incoming)
+    parent_ctx = trace.set_span_in_context(NonRecordingSpan(remote)) if remote else None
     attributes: dict[str, str] = {"messaging.system": "nats",
                                   "messaging.destination.name": subject,
                                   "messaging.operation.type": "process",
