@@ -18,6 +18,7 @@ import yaml
 
 from cairn import context, subjects
 from cairn.errors import Timeout, Unavailable
+from cairn.forked import ForkedProcess, fork_service, preload
 from cairn.natsserver import NatsServer
 
 DEFAULT_SITES = ("hub", "site-a", "site-b")
@@ -31,7 +32,7 @@ class Process:
     name: str
     site: str
     services: tuple[str, ...]
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     log: Path
 
 
@@ -49,6 +50,7 @@ class EmbeddedFederation:
     """`-O key=value` options for every site process (agent, launcher, snapshotter)."""
     nats: NatsServer | None = None
     processes: list[Process] = field(default_factory=list)
+    _fork: bool = field(default=False, repr=False)
 
     @property
     def hub(self) -> str:
@@ -108,17 +110,25 @@ class EmbeddedFederation:
 
     # -- processes ------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, fork: bool = False) -> None:
+        """Start nats-server and the parents. `fork=True` forks them from this process
+        after importing them once (see `cairn.forked`: only without a running event loop)."""
+        self._fork = fork
+        if fork:
+            preload(("coordinator", "validator", *SITE_SERVICES))
         self.nats = NatsServer(self.dir / "nats", port=self.port).start()
         url = self.nats.url
         self.write_files(url)
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
-        # The validator runs once per federation, beside the coordinator: one parent less.
-        self._spawn("coordinator", self.hub, ("coordinator", "validator"),
-                    ["--federation", str(self.federation_file)])
-        for site in self.sites:
-            options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
+        options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
+        # The hub's own parent also runs the federation's coordinator and validator (each
+        # once per federation): on a small machine every interpreter started costs its
+        # imports, and `cairn run` runs several services in one process for this.
+        self._spawn("coordinator", self.hub, ("coordinator", "validator", *SITE_SERVICES),
+                    ["--federation", str(self.federation_file),
+                     "--site-config", str(self.site_config(self.hub)), *options])
+        for site in self.sites[1:]:
             self._spawn(f"site-{site}", site, SITE_SERVICES,
                         ["--site-config", str(self.site_config(site)), *options])
 
@@ -128,6 +138,10 @@ class EmbeddedFederation:
         env = self._env()
         cmd = [sys.executable, "-m", "cairn._serve", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
+        if self._fork:
+            forked = fork_service(services, cmd[3 + len(services):], env, log)
+            self.processes.append(Process(name, site, services, forked, log))
+            return
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -159,6 +173,8 @@ class EmbeddedFederation:
         self.processes.remove(p)
         args = p.proc.args
         assert isinstance(args, list)
+        if isinstance(p.proc, ForkedProcess):
+            args = [sys.executable, "-m", "cairn._serve", *args]
         with open(p.log, "ab") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self._env(),

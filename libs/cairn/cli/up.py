@@ -48,7 +48,9 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        fed.start()
+        # No event loop runs yet: the parents can be forked from this process, which
+        # imports them once instead of once per parent.
+        fed.start(fork=True)
         took = asyncio.run(fed.wait_healthy(timeout))
         total = time.monotonic() - t0
         if check:
