@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from cairn.errors import CairnError, NotFound
+from cairn.errors import NotFound
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -35,54 +35,57 @@ def _setup_data(example: Path, sites_dir: Path, hub: str) -> None:
     module.write(sites_dir, hub=hub)
 
 
-async def _run(workdir: Path, example: Path, out: Path, recipe: str | None) -> int:
-    from cairn.client import Client
-    from cairn.context import Context
-    from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
-    from cairn.timeline import format_line
+def _start(workdir: Path) -> Any:
+    from cairn.embedded import EmbeddedFederation
 
-    t0 = time.monotonic()
     fed = EmbeddedFederation(dir=workdir / "fed", heartbeat_s=0.5)
     _say("1. Starting an embedded federation (nats-server, coordinator, hub, site-a, site-b)")
-    fed.start()
+    # Before any event loop runs: the parents are forked from this process (cairn.forked).
+    fed.start(fork=True)
+    return fed
+
+
+async def _run(fed: Any, example: Path, out: Path, recipe: str | None, t0: float) -> int:
+    from cairn.client import Client
+    from cairn.context import Context
+    from cairn.embedded import DEFAULT_ADMIN
+    from cairn.timeline import format_line
+
+    took = await fed.wait_healthy(60)
+    assert fed.nats is not None
+    click.echo(f"   {len(fed.expected())} services healthy in {took:.2f}s at {fed.nats.url}")
+    _say("2. Generating each site's own non-IID data (it never leaves the site)")
+    _setup_data(example, fed.dir / "sites", fed.hub)
+    for site in fed.sites[1:]:
+        click.echo(f"   {site}: {fed.site_dir(site) / 'data' / 'shared' / 'fedavg'}")
+    client = await Client.connect(Context(nats_url=fed.nats.url, study=fed.study,
+                                          actor=DEFAULT_ADMIN))
     try:
-        took = await fed.wait_healthy(60)
-        assert fed.nats is not None
-        click.echo(f"   {len(fed.expected())} services healthy in {took:.2f}s at {fed.nats.url}")
-        _say("2. Generating each site's own non-IID data (it never leaves the site)")
-        _setup_data(example, fed.dir / "sites", fed.hub)
-        for site in fed.sites[1:]:
-            click.echo(f"   {site}: {fed.site_dir(site) / 'data' / 'shared' / 'fedavg'}")
-        client = await Client.connect(Context(nats_url=fed.nats.url, study=fed.study,
-                                              actor=DEFAULT_ADMIN))
-        try:
-            _say(f"3. Submitting {example / 'job.yaml'} to study {fed.study}")
-            submitted = time.monotonic()
-            job_id = await client.submit(example / "job.yaml")
-            click.echo(f"   job {job_id}")
-            final = await _watch(client, job_id)
-            click.echo(f"   {final.state} in {time.monotonic() - submitted:.2f}s")
-            if final.state != "completed":
-                click.secho(f"   cause {final.cause}: {final.message}", fg="red")
-                return 1
-            _say(f"4. Fetching the result into {out}")
-            for path in await client.fetch(job_id, out):
-                click.echo(f"   {path}")
-            for result in final.results:
-                value = result.value
-                if isinstance(value, dict) and "accuracy" in value:
-                    rounds = ", ".join(f"{a:.3f}" for a in value["accuracy"])
-                    click.echo(f"   {result.role}@{result.site}: accuracy per round {rounds}")
-            if recipe:
-                await _validate(client, fed.sites[1], recipe)
-            _say("6. The study's timeline, replayed from its event stream")
-            _, timeline = await client.replay(job=job_id)
-            for entry in timeline:
-                click.echo("   " + format_line(entry))
-        finally:
-            await client.close()
+        _say(f"3. Submitting {example / 'job.yaml'} to study {fed.study}")
+        submitted = time.monotonic()
+        job_id = await client.submit(example / "job.yaml")
+        click.echo(f"   job {job_id}")
+        final = await _watch(client, job_id)
+        click.echo(f"   {final.state} in {time.monotonic() - submitted:.2f}s")
+        if final.state != "completed":
+            click.secho(f"   cause {final.cause}: {final.message}", fg="red")
+            return 1
+        _say(f"4. Fetching the result into {out}")
+        for path in await client.fetch(job_id, out):
+            click.echo(f"   {path}")
+        for result in final.results:
+            value = result.value
+            if isinstance(value, dict) and "accuracy" in value:
+                rounds = ", ".join(f"{a:.3f}" for a in value["accuracy"])
+                click.echo(f"   {result.role}@{result.site}: accuracy per round {rounds}")
+        if recipe:
+            await _validate(client, fed.sites[1], recipe)
+        _say("6. The study's timeline, replayed from its event stream")
+        _, timeline = await client.replay(job=job_id)
+        for entry in timeline:
+            click.echo("   " + format_line(entry))
     finally:
-        fed.stop()
+        await client.close()
     click.secho(f"Done in {time.monotonic() - t0:.1f}s.", fg="green", bold=True)
     return 0
 
@@ -125,12 +128,11 @@ async def _validate(client: Any, site: str, recipe: str) -> None:
 @click.option("--recipe", default="cpu-linux-process", show_default=True,
               help="CPU recipe to validate a site against ('' to skip).")
 def demo(dir_: Path | None, example: Path, out: Path, recipe: str) -> None:
-    try:
-        if dir_ is not None:
-            code = asyncio.run(_run(dir_, example, out, recipe or None))
-        else:
-            with tempfile.TemporaryDirectory(prefix="cairn-demo-") as tmp:
-                code = asyncio.run(_run(Path(tmp), example, out, recipe or None))
-    except CairnError:
-        raise
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cairn-demo-") as tmp:
+        fed = _start(dir_ if dir_ is not None else Path(tmp))
+        try:
+            code = asyncio.run(_run(fed, example, out, recipe or None, t0))
+        finally:
+            fed.stop()
     sys.exit(code)
