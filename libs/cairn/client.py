@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import ssl
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -90,7 +89,7 @@ class Client:
                 Bus.connect(
                     ctx.nats_url,
                     name="cairn-client",
-                    tls=_tls(ctx),
+                    tls=context_file.tls_context(ctx.tls_ca, ctx.tls_cert, ctx.tls_key),
                     creds=ctx.creds,
                     connect_timeout=limit,
                 ),
@@ -397,11 +396,3 @@ def _job_id(result: Any) -> str:
         return str(result["job"])
     raise InvalidInput(f"unexpected answer to submit: {result!r}")
 
-
-def _tls(ctx: context_file.Context) -> ssl.SSLContext | None:
-    if not (ctx.tls_ca or ctx.tls_cert):
-        return None
-    tls = ssl.create_default_context(cafile=ctx.tls_ca)
-    if ctx.tls_cert:
-        tls.load_cert_chain(ctx.tls_cert, ctx.tls_key)
-    return tls

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 import msgspec
@@ -41,6 +42,16 @@ class Context(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     up_pid: int | None = None
     hub: str | None = None
     sites: list[str] = []
+
+
+def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The TLS context for a CA, client certificate and key; None when none is given."""
+    if not (ca or cert):
+        return None
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def context_path() -> Path:

@@ -57,14 +57,9 @@ class ServiceConfig:
     options: dict[str, str] = field(default_factory=dict)
 
     def tls_context(self) -> Any:
-        if not (self.tls_ca or self.tls_cert):
-            return None
-        import ssl
+        from cairn.context import tls_context
 
-        ctx = ssl.create_default_context(cafile=self.tls_ca)
-        if self.tls_cert:
-            ctx.load_cert_chain(self.tls_cert, self.tls_key)
-        return ctx
+        return tls_context(self.tls_ca, self.tls_cert, self.tls_key)
 
 
 class Service(Protocol):
