@@ -28,7 +28,7 @@ test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
 
 bench: $(STAMP)
-	$(PY) tools/bench.py
+	@$(PY) tools/bench.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tools tests examples
