@@ -117,7 +117,11 @@ class Runtime:
         await asyncio.gather(*(s.stop() for s in self._subscriptions))
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            # Bounded: a task that swallows its cancel must not hold the process forever.
+            _, pending = await asyncio.wait(self._tasks, timeout=5.0)
+            for task in pending:
+                log.warning("task %s did not stop on cancel; leaving it", task.get_name())
 
 
 async def _logged(coro: Coroutine[Any, Any, Any], name: str) -> Any:

@@ -284,7 +284,10 @@ class AgentService:
     async def _watch(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._rescan.wait(), timeout=1.0)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancel
+                # that stops this loop when the event fires at the same moment.
+                async with asyncio.timeout(1.0):
+                    await self._rescan.wait()
             except TimeoutError:
                 pass
             self._rescan.clear()
