@@ -170,8 +170,7 @@ def _failed(w: WorkerState, ctx: Context) -> bool:
     return w.state not in ("exited", "rejected") and (site is None or site.lost)
 
 
-def _role_verdict(job: JobState, role: RoleRequest, study: StudyState | None,
-                  ctx: Context) -> tuple[str, str | None, str]:
+def _role_verdict(job: JobState, role: RoleRequest, ctx: Context) -> tuple[str, str | None, str]:
     """('ok' | 'running' | 'failed', cause, message) for one role."""
     workers = [w for w in job.workers.values() if w.role == role.name]
     if not workers:
@@ -226,7 +225,7 @@ def decide_job(job: JobState, study: StudyState | None, ctx: Context) -> list[Ev
     if job.state == "dispatched" and any(w.state in ("running", "exited")
                                          for w in job.workers.values()):
         out.append(JobRunning(**_base(job, "running", now), job=job.job))
-    verdicts = [(_role_verdict(job, r, study, ctx), r) for r in job.spec.roles]
+    verdicts = [(_role_verdict(job, r, ctx), r) for r in job.spec.roles]
     for (verdict, cause, message), _role in verdicts:
         if verdict == "failed":
             return [*out, _end(job, now, "failed", cause or "crashed", message),
