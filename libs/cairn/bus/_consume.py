@@ -140,8 +140,12 @@ class Subscription(Generic[T]):
             self._idle.clear()
             try:
                 # Everything fetched is handled and acked, even when a stop arrives meanwhile.
-                for msg in msgs:
-                    await self._handle(msg)
+                # The server applies acks on its own queue, after answering a flush; when
+                # stopping, the batch's last ack waits for the server's confirmation, so a
+                # stopped consumer shows nothing pending that it has handled.
+                last = len(msgs) - 1
+                for i, msg in enumerate(msgs):
+                    await self._handle(msg, confirm=i == last and self._stopping.is_set())
                 await self.bus.nc.flush(timeout=5)
             except Exception as exc:
                 log.debug("flush after batch failed: %s", exc)
@@ -169,7 +173,7 @@ class Subscription(Generic[T]):
             log.debug("rebind %s failed: %s", self.durable, exc)
             await asyncio.sleep(0.5)
 
-    async def _handle(self, msg: Msg) -> None:
+    async def _handle(self, msg: Msg, *, confirm: bool = False) -> None:
         meta = msg.metadata
         deliveries = int(meta.num_delivered or 1)
         headers = dict(msg.headers or {})
@@ -200,7 +204,7 @@ class Subscription(Generic[T]):
                 await _quiet(msg.nak(delay=wait))
             return
         self.processed += 1
-        await _quiet(msg.ack())
+        await _quiet(msg.ack_sync(timeout=5) if confirm else msg.ack())
 
     async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
         wrapper = DeadLettered(
