@@ -30,6 +30,22 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def zygotes_of(parent: int) -> list[int]:
+    """The warm interpreters (launcher zygotes) a site parent started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"_zygote" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
 async def measure(samples: int = 8) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         fed = EmbeddedFederation(dir=Path(tmp) / "fed", heartbeat_s=0.5)
@@ -39,7 +55,9 @@ async def measure(samples: int = 8) -> dict[str, Any]:
             await fed.wait_healthy(60)
             up = time.monotonic() - t0
             await asyncio.sleep(2.0)  # idle
-            site_rss = [rss_mib(p.proc.pid) for p in fed.processes if p.name.startswith("site-")]
+            sites = [p.proc.pid for p in fed.processes if p.name.startswith("site-")]
+            site_rss = [rss_mib(pid) for pid in sites]
+            zygote_rss = [rss_mib(z) for pid in sites for z in zygotes_of(pid)]
             coord_rss = rss_mib(fed.process("coordinator").proc.pid)
             assert fed.nats is not None
             client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
@@ -71,6 +89,8 @@ async def measure(samples: int = 8) -> dict[str, Any]:
         "up_to_healthy_s_spawned": round(up, 3),
         "idle_site_parent_rss_mib": round(max(site_rss), 1),
         "idle_coordinator_rss_mib": round(coord_rss, 1),
+        # The warm interpreter each site keeps for Python workers, its own process.
+        "idle_site_zygote_rss_mib": round(max(zygote_rss), 1) if zygote_rss else None,
         "submit_to_first_line_s_p50": round(statistics.median(latencies), 4),
         "submit_to_first_line_s_max": round(max(latencies), 4),
         "targets": {"submit_to_first_line_s": 0.15, "idle_site_parent_rss_mib": 60,

@@ -198,3 +198,9 @@ def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
         return
     with tracer.start_as_current_span(name, attributes=attributes):
         yield
+
+
+def reset_from_env() -> None:
+    """Take the job's trace context from `TRACEPARENT` again (for a process whose environment
+    was replaced after this module was imported: a worker forked from a warm interpreter)."""
+    _passed_on.set(os.environ.get("TRACEPARENT") or None)

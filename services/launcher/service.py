@@ -71,7 +71,10 @@ class LauncherService:
         rt.site = self.site
         self.workdir.mkdir(parents=True, exist_ok=True)
         # Imported here, by name: a site loads only the backend it uses.
-        self.backend = load_backend(self.site_cfg.backend, workdir=self.workdir)
+        options: dict[str, Any] = {"workdir": self.workdir}
+        if self.site_cfg.backend == "process":
+            options["warm"] = True  # Python workers start from a warm interpreter
+        self.backend = load_backend(self.site_cfg.backend, **options)
         await rt.bus.ensure_site(self.site)
         self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord)
         async for _, record in self._kv.items():

@@ -1,4 +1,8 @@
-"""The process backend with real worker processes: environment, placement, exits, limits."""
+"""The process backend with real worker processes: environment, placement, exits, limits.
+
+Every test runs twice: workers exec'd cold, and forked from the warm interpreter (`warm`),
+which must change nothing a worker can observe.
+"""
 
 from __future__ import annotations
 
@@ -57,9 +61,14 @@ def code_dir(tmp_path: Path) -> Path:
     return code
 
 
+@pytest.fixture(params=[False, True], ids=["cold", "warm"])
+def warm(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 @pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[ProcessBackend]:
-    b = ProcessBackend(tmp_path / "site", grace_s=1.0)
+async def backend(tmp_path: Path, warm: bool) -> AsyncIterator[ProcessBackend]:
+    b = ProcessBackend(tmp_path / "site", grace_s=1.0, warm=warm)
     try:
         yield b
     finally:
@@ -222,8 +231,8 @@ async def test_cancel_kills_a_worker_that_ignores_sigterm(
     assert (ended.cause, ended.exit_code) == ("cancelled", 128 + 9)
 
 
-async def test_timeout_stops_the_worker(tmp_path: Path, code_dir: Path) -> None:
-    backend = ProcessBackend(tmp_path / "site", grace_s=0.5)
+async def test_timeout_stops_the_worker(tmp_path: Path, code_dir: Path, warm: bool) -> None:
+    backend = ProcessBackend(tmp_path / "site", grace_s=0.5, warm=warm)
     try:
         spec = make_spec(code_dir, py("import time; time.sleep(60)"), timeout_s=0.5)
         started = time.monotonic()
@@ -235,10 +244,12 @@ async def test_timeout_stops_the_worker(tmp_path: Path, code_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("mechanism", ["auto", "rlimit-as"])
-async def test_memory_over_the_limit_is_oom(tmp_path: Path, code_dir: Path, mechanism: str) -> None:
+async def test_memory_over_the_limit_is_oom(
+    tmp_path: Path, code_dir: Path, mechanism: str, warm: bool
+) -> None:
     if mechanism == "auto" and memory_limit_mechanism() == "none":
         pytest.skip("no memory limit mechanism works here (no writable cgroup, no RLIMIT_AS)")
-    backend = ProcessBackend(tmp_path / "site", memory_limit=mechanism)
+    backend = ProcessBackend(tmp_path / "site", memory_limit=mechanism, warm=warm)
     hog = "data = b'x' * (1024 * 1024 * 1024); print('survived', len(data))"
     try:
         spec = make_spec(code_dir, py(hog), memory_bytes=256 * 1024 * 1024)

@@ -60,19 +60,25 @@ def write_record(path: str, code: int | None, signum: int | None, error: str | N
     os.replace(tmp, path)
 
 
+def confine(cgroup_procs: str | None, rlimit_as: int | None) -> None:
+    """In the worker, before its program runs: join its cgroup or cap its address space, and
+    let SIGTERM, SIGINT and SIGHUP kill it again."""
+    if cgroup_procs:
+        with open(cgroup_procs, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+    if rlimit_as:
+        resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
            report: int) -> None:
     """In the forked child: confine, exec; on failure tell the parent why and exit."""
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        if cgroup_procs:
-            with open(cgroup_procs, "w", encoding="ascii") as fh:
-                fh.write(str(os.getpid()))
-        if rlimit_as:
-            resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
+        confine(cgroup_procs, rlimit_as)
         os.execvp(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
         try:
@@ -81,21 +87,51 @@ def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
             os._exit(SPAWN_FAILED)
 
 
-def main(args: list[str]) -> int:
-    exit_path, cwd, cpus, cgroup_procs, rlimit_as = args[1:6]
-    argv = args[7:] if len(args) > 6 and args[6] == "--" else []
+def prepare(cwd: str, cpus: str) -> tuple[int, int]:
+    """In the wrapper: outlive the group's signals, move to the working directory, pin CPUs.
+
+    Returns the pipe on which the worker reports a failure to start (read end, write end).
+    """
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         # A Python-level handler, not SIG_IGN: the child resets them before exec, so the
         # worker still dies of SIGTERM unless it chooses otherwise.
         signal.signal(signum, lambda *_: None)
+    os.chdir(cwd)
+    if cpus != "-":
+        os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
     read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, False)  # closed by a successful exec
+    return read_end, write_end
+
+
+def supervise(pid: int, read_end: int, exit_path: str, program: str) -> int:
+    """In the wrapper, after the fork: wait for the worker, write its record, return the
+    wrapper's exit status (the worker's code, 128 + signal, or 127 if it never started)."""
+    failure = b""
+    while chunk := os.read(read_end, 4096):  # empty at once when the exec succeeded
+        failure += chunk
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)  # EINTR from our no-op handlers is retried (PEP 475)
+    if failure:
+        message = f"cannot start {program!r}: {failure.decode(errors='replace')}"
+        print(f"cairn: {message}", file=sys.stderr, flush=True)
+        write_record(exit_path, None, None, message)
+        return SPAWN_FAILED
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        write_record(exit_path, None, -code, None)
+        return 128 - code
+    write_record(exit_path, code, None, None)
+    return code
+
+
+def main(args: list[str]) -> int:
+    exit_path, cwd, cpus, cgroup_procs, rlimit_as = args[1:6]
+    argv = args[7:] if len(args) > 6 and args[6] == "--" else []
     try:
         if not argv:
             raise ValueError("no command given")
-        os.chdir(cwd)
-        if cpus != "-":
-            os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
-        os.set_inheritable(write_end, False)  # closed by a successful exec
+        read_end, write_end = prepare(cwd, cpus)
         pid = os.fork()
     except (OSError, ValueError) as exc:
         message = f"cannot start {argv[0] if argv else '(nothing)'!r}: {exc}"
@@ -107,22 +143,7 @@ def main(args: list[str]) -> int:
         _child(argv, None if cgroup_procs == "-" else cgroup_procs,
                None if rlimit_as == "-" else int(rlimit_as), write_end)
     os.close(write_end)
-    failure = b""
-    while chunk := os.read(read_end, 4096):  # empty at once when the exec succeeded
-        failure += chunk
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)  # EINTR from our no-op handlers is retried (PEP 475)
-    if failure:
-        message = f"cannot start {argv[0]!r}: {failure.decode(errors='replace')}"
-        print(f"cairn: {message}", file=sys.stderr, flush=True)
-        write_record(exit_path, None, None, message)
-        return SPAWN_FAILED
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        write_record(exit_path, None, -code, None)
-        return 128 - code
-    write_record(exit_path, code, None, None)
-    return code
+    return supervise(pid, read_end, exit_path, argv[0])
 
 
 if __name__ == "__main__":

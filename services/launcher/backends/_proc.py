@@ -7,9 +7,11 @@ boot) at launch, and only treat a pid as our worker while that start time still 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from typing import NamedTuple
 
 
@@ -84,3 +86,37 @@ def signal_name(signum: int) -> str:
     with contextlib.suppress(ValueError):
         return signal.Signals(signum).name
     return f"signal {signum}"
+
+
+@contextlib.contextmanager
+def exit_notice(pid: int, ticks: int | None,
+                loop: asyncio.AbstractEventLoop) -> Iterator[asyncio.Event | None]:
+    """An event set the moment our worker ends (a pidfd in the event loop), or None where
+    pidfds do not work or the pid is already gone: then the caller polls.
+
+    Works for a process that is not our child too (a restarted launcher's, a warm start's).
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        yield None
+        return
+    try:
+        # Opened before this check, the pidfd names the process the check saw: if the pid
+        # was reused meanwhile, the start time differs and the caller polls instead.
+        if not is_ours(pid, ticks):
+            yield None
+            return
+        exited = asyncio.Event()
+
+        def fired() -> None:
+            loop.remove_reader(fd)  # it stays readable: once is enough
+            exited.set()
+
+        loop.add_reader(fd, fired)
+        try:
+            yield exited
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)

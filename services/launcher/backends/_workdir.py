@@ -85,20 +85,24 @@ def prepare_workdir(spec: LaunchSpec, root: Path) -> Path:
     return workdir
 
 
+def base_env(python: str, home: str) -> dict[str, str]:
+    """What every worker's environment starts from (and the warm interpreter's)."""
+    return {
+        # Our interpreter's bin dir first: `python` in an entrypoint is the launcher's Python.
+        "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", os.defpath)]),
+        "HOME": os.environ.get("HOME", home),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "PYTHONUNBUFFERED": "1",  # so worker.log is live, not flushed at exit
+    }
+
+
 def worker_env(spec: LaunchSpec, workdir: Path, python: str) -> dict[str, str]:
     """The worker's whole environment: nothing of the launcher's leaks but PATH, HOME, LANG.
 
     Later layers win, and the contract comes last so that a study env can never shadow
     `CAIRN_*` or hide GPUs; the backend's own facts (real paths, granted GPUs) win over all.
     """
-    python_bin = str(Path(python).parent)
-    env = {
-        # Our interpreter's bin dir first: `python` in an entrypoint is the launcher's Python.
-        "PATH": os.pathsep.join([python_bin, os.environ.get("PATH", os.defpath)]),
-        "HOME": os.environ.get("HOME", str(workdir)),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "PYTHONUNBUFFERED": "1",  # so worker.log is live, not flushed at exit
-    }
+    env = base_env(python, home=str(workdir))
     env.update(spec.study_env)
     env.update(spec.secret_env)
     env.update(spec.env)

@@ -2,8 +2,10 @@
 
 The worker runs under `_exitwrap.py` (see there) as the leader of a new session, so one
 `killpg` reaches everything it started, and its end is recorded in `.cairn/exit.json` even when
-the launcher is down. One watch task per worker polls it (every `poll_s`), enforces its
-timeout, and classifies its end; `wait` and `cancel` share that task, so only one place reaps.
+the launcher is down. One watch task per worker waits for it, enforces its timeout, and
+classifies its end; `wait` and `cancel` share that task, so only one place reaps. The watch
+wakes the moment the worker exits (a pidfd in the event loop, where the kernel has them) and
+also looks every `poll_s`, which bounds how late a deadline is noticed.
 
 Timeouts count from `LaunchHandle.started_at` (wall clock), so a restarted launcher keeps
 enforcing them; a worker that overran while the launcher was down is stopped on reattach.
@@ -37,8 +39,10 @@ from cairn.launcher.backends._memlimit import (
     remove_cgroup,
 )
 from cairn.launcher.backends._spawn import spawn_worker
+from cairn.launcher.backends._warm import Zygote, enabled_by_env
 from cairn.launcher.backends._workdir import (
     LOG_NAME,
+    base_env,
     dir_name,
     prepare_workdir,
     read_chunk,
@@ -66,7 +70,9 @@ class _Watch:
     give_up_at: float | None = None
     cancelled: bool = False
     timed_out: bool = False
+    killed: bool = False  # we sent SIGKILL to its group
     task: asyncio.Task[WorkerExit] | None = None
+    exited: asyncio.Event | None = None  # set when it ends, where pidfds work
 
 
 class ProcessBackend:
@@ -78,7 +84,9 @@ class ProcessBackend:
         memory_limit: `auto` (the strongest that works, see `memory_limit_mechanism`) or one
             of `cgroup-v2`, `cgroup-v1`, `rlimit-as`, `none`.
         python: The interpreter that runs workers' `python` and the wrapper.
-        poll_s: How often a watch looks at its worker.
+        poll_s: How often a watch looks at its worker (it also wakes when the worker ends).
+        warm: Start Python workers from a warm interpreter (`_warm.py`) where that changes
+            nothing but the start time; `CAIRN_WARM_WORKERS=0` turns it off.
     """
 
     name = "process"
@@ -90,7 +98,8 @@ class ProcessBackend:
         grace_s: float = 10.0,
         memory_limit: str = "auto",
         python: str | None = None,
-        poll_s: float = 0.1,
+        poll_s: float = 0.25,
+        warm: bool = False,
     ) -> None:
         self.root = Path(workdir)
         self.grace_s = grace_s
@@ -113,6 +122,11 @@ class ProcessBackend:
         self._watches: dict[str, _Watch] = {}
         self._ended: dict[str, WorkerExit] = {}
         self._cpu_load: Counter[int] = Counter()
+        self._zygote = (
+            Zygote(self.python, base_env(self.python, home=str(self.root)))
+            if warm and enabled_by_env()
+            else None
+        )
 
     async def launch(self, spec: LaunchSpec) -> LaunchHandle:
         """Prepare the working directory and start the worker.
@@ -134,7 +148,14 @@ class ProcessBackend:
                 spec.memory_bytes,
                 self.memory_mechanism,
             )
-            pid = spawn_worker(self.python, argv, env, workdir, cpus, limit)
+            started = None
+            if self._zygote is not None:
+                started = await self._zygote.spawn(argv, env, workdir, cpus, limit)
+            if started is None:
+                pid = spawn_worker(self.python, argv, env, workdir, cpus, limit)
+                ticks = _proc.start_ticks(pid)
+            else:
+                pid, ticks = started
         except BaseException:
             # Nothing ran: leave no directory behind, so the same launch id may be retried.
             await asyncio.to_thread(remove_cgroup, limit.cgroup)
@@ -147,7 +168,7 @@ class ProcessBackend:
             workdir=str(workdir),
             log_path=str(workdir / LOG_NAME),
             started_at=datetime.now(UTC),
-            start_ticks=_proc.start_ticks(pid),
+            start_ticks=ticks,
             memory_limit=limit.mechanism,
             cgroup=limit.cgroup,
             cpus=cpus,
@@ -232,6 +253,8 @@ class ProcessBackend:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._watches.clear()
+        if self._zygote is not None:
+            await self._zygote.close()
 
     # -- internals -----------------------------------------------------------------------
 
@@ -278,6 +301,11 @@ class ProcessBackend:
 
     async def _run(self, watch: _Watch) -> WorkerExit:
         loop = asyncio.get_running_loop()
+        with _proc.exit_notice(watch.pid, watch.handle.start_ticks, loop) as exited:
+            watch.exited = exited
+            return await self._watch(watch, loop)
+
+    async def _watch(self, watch: _Watch, loop: asyncio.AbstractEventLoop) -> WorkerExit:
         while True:
             seen = _proc.poll(watch.pid, watch.handle.start_ticks)
             if not seen.running:
@@ -292,10 +320,16 @@ class ProcessBackend:
                 self._stop(watch, self.grace_s)
             if watch.kill_at is not None and now >= watch.kill_at:
                 self._signal(watch, signal.SIGKILL)
+                watch.killed = True
                 watch.kill_at, watch.give_up_at = None, now + KILL_WAIT_S
             if watch.give_up_at is not None and now >= watch.give_up_at:
                 return await self._finish(watch, None, stuck=True)
-            await asyncio.sleep(self.poll_s)
+            if watch.exited is None:
+                await asyncio.sleep(self.poll_s)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_s):
+                        await watch.exited.wait()
 
     async def _finish(
         self, watch: _Watch, status: int | None, *, stuck: bool = False
@@ -306,9 +340,14 @@ class ProcessBackend:
             # holds the CPUs or GPUs the agent is about to give to someone else.
             _proc.signal_group(watch.pid, signal.SIGKILL)
         record, tail = await asyncio.to_thread(read_outcome, handle.workdir, handle.log_path)
+        status_code = None if status is None else _proc.exit_code_of(status)
+        if status_code is None and record is None and watch.killed:
+            # Our SIGKILL took the wrapper too, and someone else reaped it (a warm start's
+            # zygote, or the old launcher's parent): it died of that signal.
+            status_code = 128 + signal.SIGKILL
         observed = Observed(
             record=record,
-            status_code=None if status is None else _proc.exit_code_of(status),
+            status_code=status_code,
             cancelled=watch.cancelled,
             timed_out=watch.timed_out,
             timeout_s=handle.timeout_s,
@@ -332,3 +371,4 @@ class ProcessBackend:
         if self._watches.pop(handle.launch_id, None) is not None:
             self._cpu_load.subtract(handle.cpus)
         return ended
+

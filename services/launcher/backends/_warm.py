@@ -1,0 +1,244 @@
+"""The launcher's side of the warm interpreter (`_zygote.py`): start it, ask it for workers.
+
+A launch goes to the zygote only when a fresh interpreter would run it the same way:
+
+- the program is `python` from the launcher's own interpreter directory (the same venv);
+- it is `python -m MODULE ...`, `python -c CODE ...` or `python SCRIPT ...` with SCRIPT a
+  `.py` file, and no other interpreter flags;
+- the environment sets no `PYTHON*` variable but `PYTHONPATH` and `PYTHONUNBUFFERED`
+  (the others change how an interpreter starts);
+- the memory limit is not `RLIMIT_AS` (it caps virtual size, and a forked worker maps
+  everything the zygote imported, which a cold one might never import);
+- no top-level module of the job (in its working directory or `PYTHONPATH`) has the name of
+  one the zygote imported, which a fresh interpreter would have taken from the job instead.
+
+Anything else, and any time the zygote is not ready or has died, the launch is exec'd as
+before: warm workers are only ever faster, never different. `CAIRN_WARM_WORKERS=0` in the
+launcher's environment turns them off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from cairn.launcher.backends._memlimit import MemoryLimit
+from cairn.launcher.backends._workdir import LOG_NAME, exit_path
+from cairn.launcher.backends.errors import LaunchFailed
+
+log = logging.getLogger("cairn.launcher")
+
+KEPT_PYTHON_VARS = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED"})
+REPLY_TIMEOUT_S = 10.0
+RESTART_AFTER_S = 30.0
+# The zygote's imports cost about 0.3 CPU-s: started this long after the launcher, they do
+# not slow a federation's start; a launch before then starts it at once.
+START_DELAY_S = 1.0
+_LEN = struct.Struct(">I")
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get("CAIRN_WARM_WORKERS", "1").strip().lower() not in ("0", "false", "no")
+
+
+class Zygote:
+    """One warm interpreter per process backend."""
+
+    def __init__(self, python: str, env: dict[str, str]) -> None:
+        self.python = python
+        self.env = env
+        self.modules: frozenset[str] = frozenset()
+        self.ready = False
+        self.pid: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._buf = b""
+        self._lock = asyncio.Lock()
+        self._died_at: float | None = None
+        self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        with contextlib.suppress(RuntimeError):  # no loop yet: the first launch starts it
+            self._timer = asyncio.get_running_loop().call_later(START_DELAY_S, self._start_once)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _start_once(self) -> None:
+        if self._sock is None and self._died_at is None and not self._closed:
+            self._start()
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                # -P: no launcher directory on sys.path; -u: worker logs unbuffered, as the
+                # PYTHONUNBUFFERED a fresh worker gets.
+                [self.python, "-P", "-u", "-m", "cairn.launcher.backends._zygote",
+                 str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        except OSError as exc:
+            log.warning("warm workers off: cannot start the zygote: %s", exc)
+            ours.close()
+            self._died_at = time.monotonic()
+            return
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock, self._buf, self.ready = ours, b"", False
+        self.pid = self._proc.pid
+
+    def _died(self, why: str) -> None:
+        log.warning("warm workers: the zygote is gone (%s); launching cold meanwhile", why)
+        self._reap()
+        self._died_at = time.monotonic()
+
+    def _reap(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.ready = False
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)
+            if self._proc.returncode is None:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    async def close(self) -> None:
+        """Hang up: the zygote exits; workers it started keep running."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        await asyncio.to_thread(self._reap)
+
+    async def _available(self) -> bool:
+        """Ready to fork workers, waiting for it if it is still importing (that is never
+        slower than a cold start, which would import the same)."""
+        if self._closed:
+            return False
+        if self._sock is None:
+            if self._died_at is None or time.monotonic() - self._died_at > RESTART_AFTER_S:
+                self._died_at = None
+                self._start()  # first use, or a restart after it died
+            if self._sock is None:
+                return False
+        if self.ready:
+            return True
+        try:
+            hello = await asyncio.wait_for(self._read(), REPLY_TIMEOUT_S)
+        except (OSError, TimeoutError, EOFError) as exc:
+            self._died(f"while starting: {exc or type(exc).__name__}")
+            return False
+        self.modules = frozenset(hello.get("modules", ()))
+        self.ready = True
+        return True
+
+    def _take(self) -> dict[str, Any] | None:
+        if len(self._buf) < _LEN.size:
+            return None
+        size = _LEN.unpack_from(self._buf)[0]
+        if len(self._buf) < _LEN.size + size:
+            return None
+        body = self._buf[_LEN.size : _LEN.size + size]
+        self._buf = self._buf[_LEN.size + size :]
+        return dict(json.loads(body))
+
+    # -- launching ------------------------------------------------------------------------
+
+    def eligible(self, argv: list[str], env: dict[str, str], cwd: Path) -> bool:
+        """Would a fresh interpreter run this launch exactly as the zygote would?"""
+        return self.plain_python(argv, env, cwd) and not self.shadowed(env, cwd)
+
+    def plain_python(self, argv: list[str], env: dict[str, str], cwd: Path) -> bool:
+        """`python -m MODULE`, `-c CODE` or `SCRIPT` of our interpreter, with no other flags."""
+        if len(argv) < 2 or any(k.startswith("PYTHON") and k not in KEPT_PYTHON_VARS
+                                for k in env):
+            return False
+        program = str(cwd / argv[0]) if os.sep in argv[0] else shutil.which(
+            argv[0], path=env.get("PATH", ""))
+        if program is None or os.path.dirname(os.path.abspath(program)) != os.path.dirname(
+                os.path.abspath(self.python)):
+            return False
+        with contextlib.suppress(OSError):
+            if not os.path.samefile(program, self.python):
+                return False
+        if argv[1] in ("-m", "-c"):
+            if len(argv) < 3 or (argv[1] == "-m" and argv[2].startswith("-")):
+                return False
+        elif not argv[1].endswith(".py") or not (cwd / argv[1]).is_file():
+            return False  # a flag, or a folder or zip app with a __main__
+        return True
+
+    def shadowed(self, env: dict[str, str], cwd: Path) -> bool:
+        """Does the job bring a module the zygote already imported (a fresh interpreter
+        would import the job's)?"""
+        roots = [cwd] + [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        return bool(_top_level_names(roots) & self.modules)
+
+    async def spawn(self, argv: list[str], env: dict[str, str], workdir: Path,
+                    cpus: list[int], limit: MemoryLimit) -> tuple[int, int] | None:
+        """Start the worker from the zygote: (wrapper pid, its start ticks), or None when
+        this launch must be exec'd instead."""
+        request = {
+            "exit_path": str(exit_path(workdir)), "cwd": str(workdir),
+            "cpus": ",".join(str(c) for c in cpus) or "-",
+            "cgroup_procs": limit.cgroup_procs or "-",
+            "rlimit_as": str(limit.rlimit_as) if limit.rlimit_as else "-",
+            "log_path": str(workdir / LOG_NAME), "argv": argv, "env": env,
+        }
+        if limit.rlimit_as or not self.plain_python(argv, env, workdir):
+            # RLIMIT_AS caps virtual size, and a forked worker maps what the zygote imported.
+            return None
+        async with self._lock:
+            # Shadowing needs the zygote's module names, so readiness comes first.
+            if not await self._available() or self.shadowed(env, workdir):
+                return None
+            try:
+                reply = await asyncio.wait_for(self._ask(request), REPLY_TIMEOUT_S)
+            except (OSError, TimeoutError, EOFError) as exc:
+                self._died(str(exc) or type(exc).__name__)
+                return None
+        if "error" in reply:
+            # Whatever stopped the wrapper would stop an exec'd one too: say so.
+            raise LaunchFailed(f"cannot start the worker: {reply['error']}")
+        return int(reply["pid"]), int(reply["start_ticks"])
+
+    async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        data = json.dumps(request).encode()
+        await loop.sock_sendall(self._sock, _LEN.pack(len(data)) + data)
+        return await self._read()
+
+    async def _read(self) -> dict[str, Any]:
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        while (message := self._take()) is None:
+            chunk = await loop.sock_recv(self._sock, 1 << 16)
+            if not chunk:
+                raise EOFError("the zygote hung up")
+            self._buf += chunk
+        return message
+
+
+def _top_level_names(roots: list[Path]) -> set[str]:
+    """Module and package names importable from the top of these folders."""
+    names: set[str] = set()
+    for root in roots:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(root):
+                name, dot, _ = entry.name.partition(".")
+                if (entry.is_dir() and not dot) or entry.name.endswith((".py", ".pyc", ".so")):
+                    names.add(name)
+    return names

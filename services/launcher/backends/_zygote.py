@@ -1,0 +1,204 @@
+"""A warm interpreter that starts Python workers with Cairn's worker SDK already imported.
+
+A fresh `python -m app` spends about 0.3 CPU-s importing asyncio, nats and the worker SDK
+before the first line of the job runs; three workers starting at once on a small machine
+wait on each other for a second. The process backend therefore keeps one of these per site
+(see `_warm.py`): it imports the SDK once, then, per launch, forks a wrapper that does what
+`_exitwrap.py` does (new session, working directory, CPUs, exit record), which forks the
+worker. The worker joins its cgroup or takes its address-space limit, takes the launch's
+environment, argv and sys.path, and runs the module or script as `python` would.
+
+Only Cairn's own modules and their dependencies are preloaded, never a job's (numpy reads
+its thread settings when it is imported, which must happen under the worker's environment
+and CPU affinity). `_warm.py` sends only launches that a fresh interpreter would run the
+same way; everything else is exec'd as before.
+
+Protocol on the socket passed as argv[1] (each message a 4-byte big-endian length and JSON):
+the zygote first sends {"ready": true, "modules": [top-level names it imported]}; then per
+request {"exit_path", "cwd", "cpus", "cgroup_procs", "rlimit_as", "log_path", "argv", "env"}
+it answers {"pid", "start_ticks"} or {"error"}. End of file on the socket ends the zygote;
+its wrappers live on (the launcher finds them again by pid and exit record).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import json
+import os
+import runpy
+import signal
+import socket
+import struct
+import sys
+import types
+from typing import Any
+
+from cairn.launcher.backends import _exitwrap
+
+PRELOAD = ("cairn.worker", "cairn.rounds")
+_LEN = struct.Struct(">I")
+
+
+def send_msg(sock: socket.socket, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def recv_msg(sock: socket.socket) -> dict[str, Any] | None:
+    head = _recv_exact(sock, _LEN.size)
+    if head is None:
+        return None
+    body = _recv_exact(sock, _LEN.unpack(head)[0])
+    return None if body is None else dict(json.loads(body))
+
+
+def _start_ticks() -> int:
+    with open("/proc/self/stat", encoding="ascii", errors="replace") as fh:
+        text = fh.read()
+    return int(text[text.rfind(")") + 2 :].split()[19])
+
+
+def serve(sock: socket.socket) -> dict[str, Any] | None:
+    """The zygote's loop. Returns None when the launcher hangs up; returns a launch request
+    only in a forked worker, which then runs it (see `run`)."""
+    # Wrappers are reaped by the kernel: the launcher learns their end from the exit record.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    while (req := recv_msg(sock)) is not None:
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_end)
+            os.close(write_end)
+            send_msg(sock, {"error": f"fork failed: {exc}"})
+            continue
+        if pid == 0:
+            os.close(read_end)
+            sock.close()
+            return _wrapper(req, write_end)
+        os.close(write_end)
+        reply = b""
+        while chunk := os.read(read_end, 64):
+            reply += chunk
+        os.close(read_end)
+        if reply.isdigit():
+            send_msg(sock, {"pid": pid, "start_ticks": int(reply)})
+        else:
+            send_msg(sock, {"error": reply.decode(errors="replace") or "wrapper died"})
+    return None
+
+
+def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
+    """In the forked wrapper: become `_exitwrap` for this launch, fork the worker.
+
+    Returns (in the worker only) the request to run; the wrapper itself ends in `os._exit`.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # so waitpid sees the worker
+    exit_path = req["exit_path"]
+    try:
+        os.setsid()
+        log = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        read_end, write_end = _exitwrap.prepare(req["cwd"], req["cpus"])
+        pid = os.fork()
+    except OSError as exc:
+        message = f"cannot start {req['argv'][0]!r}: {exc}"
+        _exitwrap.write_record(exit_path, None, None, message)
+        os.write(ready, message.encode())
+        os._exit(_exitwrap.SPAWN_FAILED)
+    if pid == 0:
+        os.close(read_end)
+        os.close(ready)
+        try:
+            _become_worker(req)
+        except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
+            try:
+                os.write(write_end, f"{type(exc).__name__}: {exc}".encode())
+            finally:
+                os._exit(_exitwrap.SPAWN_FAILED)
+        os.close(write_end)
+        return req
+    os.close(write_end)
+    # In its own session now, so the launcher may signal the group: tell it who we are.
+    os.write(ready, str(_start_ticks()).encode())
+    os.close(ready)
+    code = _exitwrap.supervise(pid, read_end, exit_path, req["argv"][0])
+    os._exit(code & 0xFF)
+
+
+def _become_worker(req: dict[str, Any]) -> None:
+    """Everything a fresh `python` under `_exitwrap` would have, but the imports."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    cgroup, rlimit = req["cgroup_procs"], req["rlimit_as"]
+    _exitwrap.confine(None if cgroup == "-" else cgroup, None if rlimit == "-" else int(rlimit))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    argv = req["argv"]
+    if argv[1] == "-m":
+        first, sys.argv = os.getcwd(), [argv[2], *argv[3:]]
+    elif argv[1] == "-c":
+        first, sys.argv = "", ["-c", *argv[3:]]
+    else:
+        first, sys.argv = os.path.dirname(os.path.abspath(argv[1])), argv[1:]
+    extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [first, *extra, *sys.path]
+    from cairn import telemetry
+
+    telemetry.reset_from_env()
+
+
+def run(req: dict[str, Any]) -> None:
+    """In the worker: run its module, command or script as `__main__`, as `python` would."""
+    argv = req["argv"]
+    if argv[1] == "-m":
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+    elif argv[1] == "-c":
+        _run_as_main(compile(argv[2], "<string>", "exec"), None)
+    else:
+        path = os.path.abspath(argv[1])
+        with open(path, "rb") as fh:
+            source = fh.read()
+        _run_as_main(compile(source, path, "exec"), path)
+
+
+def _run_as_main(code: types.CodeType, path: str | None) -> None:
+    """Run code in a fresh `__main__`, as `python -c` and `python SCRIPT` do."""
+    main = types.ModuleType("__main__")
+    if path is not None:
+        main.__file__ = path
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)  # noqa: S102 - this is what the interpreter does with them
+
+
+def main() -> int:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    for name in PRELOAD:
+        importlib.import_module(name)
+    send_msg(sock, {"ready": True, "pid": os.getpid(),
+                    "modules": sorted({m.partition(".")[0] for m in sys.modules})})
+    req = serve(sock)
+    if req is None:
+        return 0
+    run(req)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
