@@ -170,6 +170,10 @@ async def test_a_dead_zygote_means_cold_starts_then_a_new_zygote(
     old = zygote_pid(warm_backend)
     assert first["grandparent"] == old
     os.kill(old, signal.SIGKILL)
+    for _ in range(100):  # gone, or a zombie its launcher has not reaped yet
+        if (found := stat(old)) is None or found.state == "Z":
+            break
+        await asyncio.sleep(0.02)
     cold = await run_probe(warm_backend, bundle, "python -m probe", rank=1)
     assert cold["grandparent"] == os.getpid()  # launched all the same
     monkeypatch.setattr(_warm, "RESTART_AFTER_S", 0.0)

@@ -8,8 +8,10 @@ It then:
 2. forks and execs the real command; in the child, before exec, it joins the worker's cgroup
    or sets RLIMIT_AS, so the wrapper itself stays outside the memory limit and survives an
    OOM kill of the worker to write the record;
-3. ignores SIGTERM/SIGINT/SIGHUP for itself: the launcher signals the whole process group,
-   so the worker gets the signal directly, and the wrapper must outlive it to write the record
+3. blocks SIGTERM/SIGINT/SIGHUP for itself (the process backend starts it with them blocked
+   already): the launcher signals the whole process group, so the worker gets the signal
+   directly, and the wrapper must outlive it to write the record. The worker unblocks them
+   only once their default action is back, so a signal sent while it starts is not lost;
    (a SIGKILL to the group ends the wrapper too; the launcher then knows it cancelled);
 4. writes `exit.json` = {code, signal, error} atomically, and exits with the worker's code
    (or 128 + signal), so a launcher that is still its parent sees the same result.
@@ -28,6 +30,8 @@ import sys
 
 # Exit status when the command could not be started, as shells use for "not found".
 SPAWN_FAILED = 127
+# What the launcher sends a worker's process group; the wrapper outlives them.
+GROUP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _json_str(text: str) -> str:
@@ -60,16 +64,20 @@ def write_record(path: str, code: int | None, signum: int | None, error: str | N
     os.replace(tmp, path)
 
 
-def confine(cgroup_procs: str | None, rlimit_as: int | None) -> None:
+def confine(cgroup_procs: str | None, rlimit_as: int | None,
+            interrupt: signal.Handlers | object = signal.SIG_DFL) -> None:
     """In the worker, before its program runs: join its cgroup or cap its address space, and
-    let SIGTERM, SIGINT and SIGHUP kill it again."""
+    let the group's signals act again (SIGINT through `interrupt`); one that arrived while it
+    started is delivered now."""
     if cgroup_procs:
         with open(cgroup_procs, "w", encoding="ascii") as fh:
             fh.write(str(os.getpid()))
     if rlimit_as:
         resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in GROUP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, interrupt)  # type: ignore[arg-type]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
 
 
 def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
@@ -92,10 +100,9 @@ def prepare(cwd: str, cpus: str) -> tuple[int, int]:
 
     Returns the pipe on which the worker reports a failure to start (read end, write end).
     """
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        # A Python-level handler, not SIG_IGN: the child resets them before exec, so the
-        # worker still dies of SIGTERM unless it chooses otherwise.
-        signal.signal(signum, lambda *_: None)
+    # Blocked, not ignored: the worker inherits the mask and unblocks them after restoring
+    # their default action (an ignored signal would stay ignored across exec).
+    signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
     os.chdir(cwd)
     if cpus != "-":
         os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
@@ -104,14 +111,28 @@ def prepare(cwd: str, cpus: str) -> tuple[int, int]:
     return read_end, write_end
 
 
+def stopped_before_start(exit_path: str) -> int | None:
+    """In the wrapper, just before the fork: a group signal already here (blocked) would not
+    reach a worker forked now, so the worker is not started: record that it died of it and
+    return the exit status; None to go on."""
+    pending = sorted(set(signal.sigpending()) & set(GROUP_SIGNALS))
+    if not pending:
+        return None
+    write_record(exit_path, None, int(pending[0]), None)
+    return 128 + int(pending[0])
+
+
 def supervise(pid: int, read_end: int, exit_path: str, program: str) -> int:
     """In the wrapper, after the fork: wait for the worker, write its record, return the
     wrapper's exit status (the worker's code, 128 + signal, or 127 if it never started)."""
+    for signum in set(signal.sigpending()) & set(GROUP_SIGNALS):
+        # Came between the check before the fork and the fork itself: pass it on.
+        os.kill(pid, signum)
     failure = b""
     while chunk := os.read(read_end, 4096):  # empty at once when the exec succeeded
         failure += chunk
     os.close(read_end)
-    _, status = os.waitpid(pid, 0)  # EINTR from our no-op handlers is retried (PEP 475)
+    _, status = os.waitpid(pid, 0)
     if failure:
         message = f"cannot start {program!r}: {failure.decode(errors='replace')}"
         print(f"cairn: {message}", file=sys.stderr, flush=True)
@@ -132,6 +153,9 @@ def main(args: list[str]) -> int:
         if not argv:
             raise ValueError("no command given")
         read_end, write_end = prepare(cwd, cpus)
+        stopped = stopped_before_start(exit_path)
+        if stopped is not None:
+            return stopped
         pid = os.fork()
     except (OSError, ValueError) as exc:
         message = f"cannot start {argv[0] if argv else '(nothing)'!r}: {exc}"

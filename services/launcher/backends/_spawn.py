@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+from cairn.launcher.backends._exitwrap import GROUP_SIGNALS
 from cairn.launcher.backends._memlimit import MemoryLimit
 from cairn.launcher.backends._workdir import LOG_NAME, exit_path
 from cairn.launcher.backends.errors import LaunchFailed
@@ -62,6 +63,9 @@ def spawn_worker(
                 signal.SIGTERM,
                 signal.SIGHUP,
             ),
+            # Blocked from the first instruction: a cancel right after the launch reaches
+            # the worker once it unblocks them, never the wrapper (see _exitwrap.py).
+            setsigmask=GROUP_SIGNALS,
         )
     except OSError as exc:
         raise LaunchFailed(f"cannot start the worker with {python}: {exc}") from exc

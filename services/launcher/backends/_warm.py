@@ -99,10 +99,13 @@ class Zygote:
 
     def _died(self, why: str) -> None:
         log.warning("warm workers: the zygote is gone (%s); launching cold meanwhile", why)
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()  # hung, or half gone: it is not asked again
         self._reap()
         self._died_at = time.monotonic()
 
     def _reap(self) -> None:
+        """Hang up and wait for the zygote to leave (it exits on end of file)."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -127,6 +130,8 @@ class Zygote:
         slower than a cold start, which would import the same)."""
         if self._closed:
             return False
+        if self._proc is not None and self._proc.poll() is not None:
+            self._died(f"exit status {self._proc.returncode}")
         if self._sock is None:
             if self._died_at is None or time.monotonic() - self._died_at > RESTART_AFTER_S:
                 self._died_at = None
@@ -204,22 +209,26 @@ class Zygote:
             # Shadowing needs the zygote's module names, so readiness comes first.
             if not await self._available() or self.shadowed(env, workdir):
                 return None
+            assert self._sock is not None
+            data = json.dumps(request).encode()
             try:
-                reply = await asyncio.wait_for(self._ask(request), REPLY_TIMEOUT_S)
+                await asyncio.get_running_loop().sock_sendall(
+                    self._sock, _LEN.pack(len(data)) + data)
+            except OSError as exc:
+                self._died(str(exc))
+                return None  # it never got the request: start this one cold
+            try:
+                reply = await asyncio.wait_for(self._read(), REPLY_TIMEOUT_S)
             except (OSError, TimeoutError, EOFError) as exc:
+                # It may have forked the wrapper already: starting the worker cold as well
+                # could run it twice, so this launch fails instead (and may be retried).
                 self._died(str(exc) or type(exc).__name__)
-                return None
+                raise LaunchFailed("the warm interpreter did not answer while starting the "
+                                   f"worker ({exc or type(exc).__name__})") from exc
         if "error" in reply:
             # Whatever stopped the wrapper would stop an exec'd one too: say so.
             raise LaunchFailed(f"cannot start the worker: {reply['error']}")
         return int(reply["pid"]), int(reply["start_ticks"])
-
-    async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self._sock is not None
-        loop = asyncio.get_running_loop()
-        data = json.dumps(request).encode()
-        await loop.sock_sendall(self._sock, _LEN.pack(len(data)) + data)
-        return await self._read()
 
     async def _read(self) -> dict[str, Any]:
         assert self._sock is not None

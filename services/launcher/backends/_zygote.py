@@ -105,25 +105,40 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
     Returns (in the worker only) the request to run; the wrapper itself ends in `os._exit`.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # so waitpid sees the worker
-    exit_path = req["exit_path"]
+    # Before there is a group to signal: the wrapper outlives the group's signals.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _exitwrap.GROUP_SIGNALS)
     try:
         os.setsid()
+        ticks = _start_ticks()
+    except OSError as exc:
+        os.write(ready, f"cannot start a session: {exc}".encode())
+        os._exit(_exitwrap.SPAWN_FAILED)
+    # In its own session, so the launcher may signal the group: say who we are at once (the
+    # zygote waits for this). From here on, a failure is told by the exit record.
+    os.write(ready, str(ticks).encode())
+    os.close(ready)
+    exit_path = req["exit_path"]
+    try:
         log = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
         read_end, write_end = _exitwrap.prepare(req["cwd"], req["cpus"])
+        stopped = _exitwrap.stopped_before_start(exit_path)
+        if stopped is not None:
+            os._exit(stopped)
         pid = os.fork()
     except OSError as exc:
         message = f"cannot start {req['argv'][0]!r}: {exc}"
+        print(f"cairn: {message}", file=sys.stderr, flush=True)
         _exitwrap.write_record(exit_path, None, None, message)
-        os.write(ready, message.encode())
         os._exit(_exitwrap.SPAWN_FAILED)
     if pid == 0:
         os.close(read_end)
-        os.close(ready)
         try:
             _become_worker(req)
+        except KeyboardInterrupt:
+            os._exit(128 + signal.SIGINT)  # interrupted while starting, as `python` would be
         except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
             try:
                 os.write(write_end, f"{type(exc).__name__}: {exc}".encode())
@@ -132,9 +147,6 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
         os.close(write_end)
         return req
     os.close(write_end)
-    # In its own session now, so the launcher may signal the group: tell it who we are.
-    os.write(ready, str(_start_ticks()).encode())
-    os.close(ready)
     code = _exitwrap.supervise(pid, read_end, exit_path, req["argv"][0])
     os._exit(code & 0xFF)
 
@@ -144,9 +156,6 @@ def _become_worker(req: dict[str, Any]) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    cgroup, rlimit = req["cgroup_procs"], req["rlimit_as"]
-    _exitwrap.confine(None if cgroup == "-" else cgroup, None if rlimit == "-" else int(rlimit))
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
     os.environ.update(req["env"])
     argv = req["argv"]
@@ -161,6 +170,10 @@ def _become_worker(req: dict[str, Any]) -> None:
     from cairn import telemetry
 
     telemetry.reset_from_env()
+    # Last: a signal that came while the worker started is delivered here, and ends it.
+    cgroup, rlimit = req["cgroup_procs"], req["rlimit_as"]
+    _exitwrap.confine(None if cgroup == "-" else cgroup, None if rlimit == "-" else int(rlimit),
+                      interrupt=signal.default_int_handler)
 
 
 def run(req: dict[str, Any]) -> None:
