@@ -34,7 +34,7 @@ import sys
 import types
 from typing import Any
 
-from cairn.launcher.backends import _exitwrap
+from cairn.launcher.backends import _exitwrap, _proc
 
 PRELOAD = ("cairn.worker", "cairn.rounds")
 _LEN = struct.Struct(">I")
@@ -61,12 +61,6 @@ def recv_msg(sock: socket.socket) -> dict[str, Any] | None:
         return None
     body = _recv_exact(sock, _LEN.unpack(head)[0])
     return None if body is None else dict(json.loads(body))
-
-
-def _start_ticks() -> int:
-    with open("/proc/self/stat", encoding="ascii", errors="replace") as fh:
-        text = fh.read()
-    return int(text[text.rfind(")") + 2 :].split()[19])
 
 
 def serve(sock: socket.socket) -> dict[str, Any] | None:
@@ -109,7 +103,9 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
     signal.pthread_sigmask(signal.SIG_BLOCK, _exitwrap.GROUP_SIGNALS)
     try:
         os.setsid()
-        ticks = _start_ticks()
+        ticks = _proc.start_ticks(os.getpid())
+        if ticks is None:
+            raise OSError("no /proc entry of its own")
     except OSError as exc:
         os.write(ready, f"cannot start a session: {exc}".encode())
         os._exit(_exitwrap.SPAWN_FAILED)
