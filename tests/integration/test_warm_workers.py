@@ -42,6 +42,7 @@ print(json.dumps({
     "stdin_is_null": stat.S_ISCHR(stdin.st_mode) and stdin.st_rdev == os.stat(os.devnull).st_rdev,
     "signals": {s.name: disposition(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
                                                  signal.SIGPIPE, signal.SIGCHLD)},
+    "flags": list(sys.flags),
     "stdout": [sys.stdout.line_buffering, sys.stdout.write_through, sys.stdout.encoding],
     "traceparent": telemetry.current_traceparent(),
     "session_leader_is_parent": os.getsid(0) == os.getppid(),

@@ -80,9 +80,9 @@ class Zygote:
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                # -P: no launcher directory on sys.path; -u: worker logs unbuffered, as the
-                # PYTHONUNBUFFERED a fresh worker gets.
-                [self.python, "-P", "-u", "-m", "cairn.launcher.backends._zygote",
+                # -u: worker logs unbuffered, as with the PYTHONUNBUFFERED a fresh worker gets
+                # (no flag that sys.flags shows: workers inherit those).
+                [self.python, "-u", "-m", "cairn.launcher.backends._zygote",
                  str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, env=self.env, start_new_session=True)

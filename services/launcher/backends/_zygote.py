@@ -197,6 +197,9 @@ def _run_as_main(code: types.CodeType, path: str | None) -> None:
 
 
 def main() -> int:
+    # `-m` put the launcher's working directory first on sys.path: not the workers' business.
+    if sys.path and sys.path[0] == os.getcwd():
+        del sys.path[0]
     sock = socket.socket(fileno=int(sys.argv[1]))
     for name in PRELOAD:
         importlib.import_module(name)
