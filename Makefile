@@ -38,7 +38,7 @@ schemas: $(STAMP)
 	$(PY) tools/export_schemas.py
 
 check-schemas: $(STAMP)
-	$(PY) tools/check_schemas.py
+	$(PY) tools/check_schemas.py $(if $(AGAINST),--against $(AGAINST))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .cairn

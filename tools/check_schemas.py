@@ -9,6 +9,11 @@ The committed folder is the baseline, the Structs are the candidate. Exit codes:
 - 1: compatible but different: `schemas/ is stale: run `make schemas``, after one line per
   file that differs.
 
+`--against REV` takes the baseline from `schemas/` as committed at a git revision (a release
+tag, the branch a change goes into) instead: re-exporting `schemas/` after a breaking change
+cannot hide it from that check. Only incompatibilities fail it (exit 1); new event types and
+fields are what revisions add. Exit 2 when the revision or its `schemas/` cannot be read.
+
 Types are compared structurally: annotations (defaults, docs, titles) never break readers,
 and a nested Struct is compared field by field, so a renamed class is not a type change.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,6 +186,40 @@ def check(folder: Path, label: str) -> tuple[int, list[str]]:
     return 1, lines
 
 
+def read_revision(repo: Path, rev: str) -> dict[str, str]:
+    """The generated files of `schemas/` as committed at `rev` in the git repository `repo`.
+
+    Raises:
+        LookupError: not a repository, an unknown revision, or no `schemas/` there.
+    """
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                              text=True, check=False)
+        if done.returncode != 0:
+            raise LookupError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
+                              else f"git {' '.join(args)} failed")
+        return done.stdout
+
+    commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    names = git("ls-tree", "-r", "--name-only", commit, "--", "schemas/").splitlines()
+    files = {name[len("schemas/"):]: name for name in names if is_generated(name[len("schemas/"):])}
+    if not files:
+        raise LookupError(f"{rev} has no schemas/")
+    return {rel: git("show", f"{commit}:{path}") for rel, path in files.items()}
+
+
+def check_against(repo: Path, rev: str) -> tuple[int, list[str]]:
+    """(exit code, lines to print) for the code against `schemas/` at `rev`."""
+    try:
+        baseline = read_revision(repo, rev)
+    except (LookupError, OSError) as exc:
+        return 2, [f"cannot read schemas/ at {rev!r}: {exc}"]
+    problems = incompatibilities(baseline, generate())
+    if problems:
+        return 1, problems
+    return 0, [f"compatible with schemas/ at {rev} ({len(_events(baseline))} event types)"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
@@ -187,10 +227,24 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the committed folder to check (default: schemas/ of this checkout)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="check compatibility with schemas/ as committed at this git revision instead",
+    )
+    parser.add_argument(
+        "--repo",
+        default=str(REPO),
+        help="the git repository that --against reads (default: this checkout)",
+    )
     args = parser.parse_args(argv)
-    folder = Path(args.schemas) if args.schemas else REPO / "schemas"
-    label = (args.schemas or "schemas").rstrip("/") + "/"
-    code, lines = check(folder, label)
+    if args.against is not None:
+        code, lines = check_against(Path(args.repo), args.against)
+    else:
+        folder = Path(args.schemas) if args.schemas else REPO / "schemas"
+        label = (args.schemas or "schemas").rstrip("/") + "/"
+        code, lines = check(folder, label)
     for line in lines:
         print(line)
     return code

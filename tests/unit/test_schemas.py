@@ -220,3 +220,45 @@ def test_compatible_difference_is_stale(baseline: Path, case: str) -> None:
 def test_identical_copy_passes(baseline: Path) -> None:
     result = run_check(baseline)
     assert result.returncode == 0, result.stdout
+
+
+def committed(tmp_path: Path, folder: Path) -> Path:
+    """A git repository whose one commit holds `folder` as its schemas/."""
+    repo = tmp_path / "repo"
+    shutil.copytree(folder, repo / "schemas")
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                        *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "baseline")
+    return repo
+
+
+def run_against(repo: Path, rev: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(CHECK), "--against", rev, "--repo", str(repo)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+
+
+def test_against_a_revision_names_what_breaks_it(baseline: Path, tmp_path: Path) -> None:
+    # schemas/ re-exported after the change would be "up to date"; the release is not.
+    doctor, expected = CASES["field removed"]
+    doctor(baseline)
+    result = run_against(committed(tmp_path, baseline), "HEAD")
+    assert result.returncode == 1, result.stdout
+    assert any(expected in line for line in result.stdout.splitlines()), result.stdout
+
+
+def test_against_a_revision_accepts_additions(baseline: Path, tmp_path: Path) -> None:
+    STALE["new event type"](baseline)  # the code added a type since that revision
+    result = run_against(committed(tmp_path, baseline), "HEAD")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.startswith("compatible with schemas/ at HEAD")
+
+
+def test_against_an_unknown_revision_is_exit_2(baseline: Path, tmp_path: Path) -> None:
+    result = run_against(committed(tmp_path, baseline), "no-such-tag")
+    assert result.returncode == 2
+    assert "no-such-tag" in result.stdout and "Traceback" not in result.stderr
