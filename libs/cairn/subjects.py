@@ -191,6 +191,11 @@ def validation_all(site: str, recipe: str) -> str:
     return f"{ROOT}.validation.{check_name(site, 'site')}.{check_name(recipe, 'recipe')}.*"
 
 
+def validation_any() -> str:
+    """Every validation event of every site and recipe."""
+    return f"{ROOT}.validation.>"
+
+
 def api_validation(verb: str) -> str:
     """Request/reply with the validator (`run`): not stored; progress comes as events."""
     return f"{ROOT}.api.validation.{_verb(verb)}"

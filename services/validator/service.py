@@ -9,20 +9,27 @@ allows a site one check job at a time.
 Check jobs are submitted to the coordinator as the validator's own actor, a project admin of
 the federation: `-O actor=NAME`, else the first project_admin of the `federation.seeded`
 event. Options: `actor`, `catalog` (recipe catalog directory; default as `cairn recipe`).
+
+A run does not survive its validator: on start, each run this validator started within the
+last `ORPHAN_LOOKBACK` and never completed (it was killed mid-run) is completed with status
+`error` and a message saying so, so whoever follows it gets an answer instead of a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import msgspec
 
 from cairn import subjects
 from cairn.api import REQUEST_DECODER
+from cairn.bus import replay
 from cairn.client import Client
 from cairn.errors import InvalidInput, Unavailable
+from cairn.events import FEDERATION_DECODER, ValidationCompleted, ValidationStarted, now
 from cairn.names import check_name, new_ulid
 from cairn.recipes import Catalog, load_catalog, resolve
 from cairn.seed import project_admin
@@ -32,6 +39,7 @@ from cairn.validator.checkjobs import CheckJobs
 from cairn.validator.run import ValidationRun
 
 log = logging.getLogger("cairn.validator")
+ORPHAN_LOOKBACK = timedelta(days=1)
 
 
 class ValidatorService:
@@ -55,10 +63,41 @@ class ValidatorService:
         return {"running": sum(1 for t in self.runs.values() if not t.done()),
                 "completed": self.done, "actor": self.actor}
 
+    @property
+    def source(self) -> str:
+        assert self.rt is not None
+        return f"validator@{self.rt.site}"
+
     async def start(self, rt: Runtime) -> None:
         self.rt = rt
+        await rt.bus.ensure_federation()
+        await self._close_orphans()
         await rt.serve(subjects.api_validation("run"), self._on_run, queue="validator")
         self._ready = True
+
+    async def _close_orphans(self) -> None:
+        assert self.rt is not None
+        started: dict[str, ValidationStarted] = {}
+        finished: set[str] = set()
+        async for item in replay(self.rt.bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
+                                 filters=[subjects.validation_any()],
+                                 start_time=datetime.now(UTC) - ORPHAN_LOOKBACK):
+            event = item.event
+            if isinstance(event, ValidationStarted) and event.source == self.source:
+                started[event.run] = event
+            elif isinstance(event, ValidationCompleted):
+                finished.add(event.run)
+        for run, begun in started.items():
+            if run in finished:
+                continue
+            log.warning("validation %s of %s was cut off by a restart: ending it as error",
+                        run, begun.site)
+            # A fixed id: a second restart before this lands publishes it once.
+            await self.rt.bus.publish(ValidationCompleted(
+                id=f"{run}.cut-off", at=now(), source=self.source, actor=begun.actor,
+                cause=begun.id, run=run, site=begun.site, recipe=begun.recipe, status="error",
+                message="the validator restarted during this run, which cannot resume (its "
+                        "check jobs may still finish on their own): run it again"))
 
     async def stop(self) -> None:
         self._ready = False
@@ -96,7 +135,7 @@ class ValidatorService:
         jobs = CheckJobs(client, self.catalog, site=site, site_gpus=gpus, run=run_id)
         run = ValidationRun(self.rt.bus, jobs, recipe, site=site, run=run_id,
                             actor=req.actor, fresh=bool(req.args.get("fresh", True)),
-                            source=f"validator@{self.rt.site}")
+                            source=self.source)
         self.runs[run_id] = self.rt.spawn(self._serialised(site, run), f"validation:{run_id}")
         return msgspec.json.encode({"ok": True, "result": {
             "run": run_id, "site": site, "recipe": recipe.name, "actor": actor}})
