@@ -48,6 +48,8 @@ class EmbeddedFederation:
     extra_env: dict[str, str] = field(default_factory=dict)
     site_options: dict[str, str] = field(default_factory=dict)
     """`-O key=value` options for every site process (agent, launcher, snapshotter)."""
+    backends: dict[str, str] = field(default_factory=dict)
+    """Site -> launcher backend in its site.yaml; `process` for every site not named."""
     nats: NatsServer | None = None
     processes: list[Process] = field(default_factory=list)
     _fork: bool = field(default=False, repr=False)
@@ -87,8 +89,8 @@ class EmbeddedFederation:
             (sdir / "local").mkdir(parents=True, exist_ok=True)
             (sdir / "data" / "shared").mkdir(parents=True, exist_ok=True)
             cfg = {"site": site, "federation": url, "worker_nats_url": url,
-                   "backend": "process", "inventory": {"gpus": 0, "cpus": cpus * 2,
-                                                       "memory": "8Gi"},
+                   "backend": self.backends.get(site, "process"),
+                   "inventory": {"gpus": 0, "cpus": cpus * 2, "memory": "8Gi"},
                    "workdir": str((sdir / "work").resolve()),
                    "runtime": "local/study_runtime.yaml"}
             (sdir / "site.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -176,7 +176,8 @@ class LauncherService:
             code_dir=str(code_dir), env=env, study_env=dict(req.env),
             secret_env=resolve_secrets(req.secret_refs), datasets=dict(req.datasets),
             gpus=list(req.gpus), millicpus=req.resources.millicpus,
-            memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None)
+            memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
+            image=req.image or "", platform=dict(req.platform or {}))
 
     async def _bundle(self, study: str, digest: str | None) -> Path:
         """The unpacked code bundle, cached per digest."""

@@ -82,6 +82,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
         millicpus: CPU request in thousandths of a CPU; 0 means no pinning.
         memory_bytes: Memory limit; 0 means none.
         timeout_s: Wall-clock limit from start; None means none.
+        image: The container image (container backends; the process backend ignores it).
+        platform: The study's settings for this site's backend, from study_runtime.yaml
+            (`{"docker": {...}}`, `{"kubernetes": {...}}`, `{"slurm": {...}}`).
     """
 
     launch_id: str
@@ -102,6 +105,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     millicpus: int = 0
     memory_bytes: int = 0
     timeout_s: float | None = None
+    image: str = ""
+    platform: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         # Specs end up in logs and tracebacks; secret values must not.

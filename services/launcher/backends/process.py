@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import os
 import shutil
 import signal
 import sys
@@ -28,6 +26,7 @@ from pathlib import Path
 
 from cairn.errors import InvalidInput
 from cairn.launcher.backends import _proc
+from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._exitcause import Observed, classify
 from cairn.launcher.backends._memlimit import (
     MECHANISMS,
@@ -136,7 +135,7 @@ class ProcessBackend:
             Conflict: this launch id was launched before (reattach instead).
             LaunchFailed: missing code or dataset, program not found, spawn failed.
         """
-        cpus = self._pick_cpus(spec)
+        cpus = pick_cpus(spec, self._cpu_load)
         workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
         limit = MemoryLimit(mechanism="none")
         try:
@@ -257,22 +256,6 @@ class ProcessBackend:
             await self._zygote.close()
 
     # -- internals -----------------------------------------------------------------------
-
-    def _pick_cpus(self, spec: LaunchSpec) -> list[int]:
-        """The CPUs to pin to: the caller's choice, else the least-used allowed ones."""
-        allowed = sorted(os.sched_getaffinity(0))
-        if spec.cpus is not None:
-            stray = sorted(set(spec.cpus) - set(allowed))
-            if stray:
-                raise InvalidInput(
-                    f"CPUs {stray} are not available to this launcher (it may use {allowed})",
-                    field="cpus",
-                )
-            return sorted(set(spec.cpus))
-        if spec.millicpus <= 0:
-            return []
-        count = min(len(allowed), math.ceil(spec.millicpus / 1000))
-        return sorted(sorted(allowed, key=lambda cpu: (self._cpu_load[cpu], cpu))[:count])
 
     def _new_watch(self, handle: LaunchHandle) -> _Watch:
         deadline = None

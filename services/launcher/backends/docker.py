@@ -1,0 +1,363 @@
+"""The `docker` backend: each worker is a container on this host's Docker Engine.
+
+    site.yaml: backend: docker        launcher env: DOCKER_HOST (default: the local socket)
+
+A worker's container:
+
+- runs the study's image (`images.default` in study_runtime.yaml, or the job's approved
+  `image`), with the job's entrypoint as its whole command line (the image's ENTRYPOINT is
+  replaced), in `/cairn/work`: the working directory on the host, code bundle copied in;
+- sees each dataset at `/cairn/data/<name>`, bind-mounted with its `mode` (here `ro` holds);
+- gets the worker contract (`CAIRN_WORKDIR=/cairn/work`, `CAIRN_DATA=/cairn/data`), the study's
+  env and resolved secrets, and nothing of the launcher's environment;
+- is limited by the engine: `--memory` (no swap beyond it), `--cpus` and `--cpuset-cpus`, and
+  the granted GPUs (`--gpus device=...`, which needs the NVIDIA container toolkit);
+- takes `network` (default: the engine's), `shm_size`, `user` and `runtime` (`nvidia` where
+  the engine needs it named for GPUs) from the study's `docker:` settings;
+- is labelled `cairn.launch=<launch id>` and named after it, so a restarted launcher finds it.
+
+When it ends, its output is copied to `worker.log`, its state read (exit code, `OOMKilled`),
+and the container removed. Cancel is `docker stop` (SIGTERM, SIGKILL after the grace period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+import shutil
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+
+from cairn.errors import Conflict, InvalidInput
+from cairn.launcher.backends._cpus import pick_cpus
+from cairn.launcher.backends._exitcause import LOG_TAIL_BYTES, Observed, classify
+from cairn.launcher.backends._workdir import LOG_NAME, dir_name, prepare_workdir, read_chunk
+from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
+from cairn.launcher.backends.errors import LaunchFailed
+
+__all__ = ["DockerBackend"]
+
+WORKDIR = "/cairn/work"
+DATA = "/cairn/data"
+LABEL = "cairn.launch"
+# study_runtime.yaml `docker:` keys -> `docker run` options.
+SETTINGS = {"network": "network_mode", "shm_size": "shm_size", "user": "user",
+            "runtime": "runtime"}
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass
+class _Watch:
+    handle: LaunchHandle
+    deadline: float | None
+    cancelled: bool = False
+    timed_out: bool = False
+    task: asyncio.Task[WorkerExit] | None = None
+    stopper: asyncio.Task[None] | None = None  # the `docker stop` of a timeout
+
+
+def container_name(launch_id: str) -> str:
+    return "cairn-" + _NAME_CHARS.sub("-", dir_name(launch_id))
+
+
+class DockerBackend:
+    """Workers as containers.
+
+    Args:
+        workdir: The site workdir; working directories go under `<workdir>/workers/`.
+        grace_s: Time between SIGTERM and SIGKILL when a timeout stops a worker.
+        docker_host: The engine's URL; default `DOCKER_HOST`, else the local socket.
+        poll_s: How often a watch looks at its container.
+    """
+
+    name = "docker"
+
+    def __init__(self, workdir: str | Path, *, grace_s: float = 10.0,
+                 docker_host: str | None = None, poll_s: float = 0.25) -> None:
+        self.root = Path(workdir)
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.base_url = (docker_host or os.environ.get("DOCKER_HOST")
+                         or "unix:///var/run/docker.sock")
+        self._client: Any = None
+        self.capabilities = (Capability.CONTAINERS | Capability.GPU | Capability.CANCEL
+                             | Capability.RECONCILE | Capability.MEMORY_LIMIT
+                             | Capability.CPU_AFFINITY)
+        self._watches: dict[str, _Watch] = {}
+        self._ended: dict[str, WorkerExit] = {}
+        self._cpu_load: Counter[int] = Counter()
+
+    # -- the Backend protocol -------------------------------------------------------------
+
+    async def launch(self, spec: LaunchSpec) -> LaunchHandle:
+        """Prepare the working directory and start the container.
+
+        Raises:
+            InvalidInput: no image, a bad entrypoint or docker setting, CPUs not ours.
+            Conflict: this launch id was launched before (reattach instead).
+            LaunchFailed: missing code, dataset or image; the engine refused the container.
+        """
+        if not spec.image:
+            raise InvalidInput("the docker backend needs an image: set images.default for the "
+                               "study in study_runtime.yaml, or image in the job spec",
+                               field="image")
+        argv = _argv(spec.entrypoint)
+        cpus = pick_cpus(spec, self._cpu_load)
+        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
+        try:
+            container = await asyncio.to_thread(self._run, spec, argv, cpus, workdir)
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            raise
+        handle = LaunchHandle(
+            launch_id=spec.launch_id, backend=self.name, native_id=container.id,
+            workdir=str(workdir), log_path=str(workdir / LOG_NAME),
+            started_at=datetime.now(UTC), memory_limit="docker" if spec.memory_bytes else "none",
+            cpus=cpus, timeout_s=spec.timeout_s)
+        self._start_watch(handle)
+        return handle
+
+    async def wait(self, handle: LaunchHandle) -> WorkerExit:
+        """Wait for the container to end (bounded by its timeout) and say how it ended."""
+        ended = self._ended.get(handle.launch_id)
+        if ended is not None:
+            return ended
+        if handle.launch_id not in self._watches:
+            found = await self.reattach(handle)
+            if isinstance(found, WorkerExit):
+                return found
+        task = self._watches[handle.launch_id].task
+        assert task is not None
+        return await asyncio.shield(task)
+
+    async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
+        """`docker stop`: SIGTERM, SIGKILL after `grace_s`; returns once it is gone."""
+        if handle.launch_id in self._ended:
+            return
+        if handle.launch_id not in self._watches:
+            found = await self.reattach(handle)
+            if isinstance(found, WorkerExit):
+                return
+        watch = self._watches[handle.launch_id]
+        watch.cancelled = True
+        await self._stop(handle, grace_s)
+        assert watch.task is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch.task), grace_s + 30.0)
+
+    async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
+        """Find a container again after a launcher restart: the handle while it runs, else
+        how it ended (from the engine, or lost when the container is gone)."""
+        if handle.backend != self.name:
+            raise InvalidInput(f"handle is for backend {handle.backend!r}, not {self.name!r}",
+                               field="backend")
+        ended = self._ended.get(handle.launch_id)
+        if ended is not None:
+            return ended
+        if handle.launch_id in self._watches:
+            return handle
+        state = await asyncio.to_thread(self._state, handle.native_id)
+        if state is None or not state.get("Running", False):
+            return await self._finish(_Watch(handle=handle, deadline=None), state)
+        self._start_watch(handle)
+        return handle
+
+    async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """Its stdout and stderr: from the engine while it runs, from `worker.log` after."""
+        offset = 0
+        while True:
+            # Looked at before reading, so the last output after the end is still drained.
+            running = handle.launch_id in self._watches
+            if running:
+                chunk = (await asyncio.to_thread(self._logs, handle.native_id))[offset:]
+            else:
+                chunk = await asyncio.to_thread(read_chunk, Path(handle.log_path), offset)
+            if chunk:
+                offset += len(chunk)
+                yield chunk
+            elif follow and running:
+                await asyncio.sleep(max(self.poll_s, 0.2))
+            else:
+                return
+
+    async def close(self) -> None:
+        """Stop watching; the containers keep running, for a restarted launcher to find."""
+        tasks = [w.task for w in self._watches.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._watches.clear()
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
+            self._client = None
+
+    # -- internals ------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The engine's client, made on first use (from a worker thread: it may block).
+
+        Raises:
+            LaunchFailed: the engine cannot be reached.
+        """
+        if self._client is None:
+            try:
+                self._client = docker.DockerClient(base_url=self.base_url, timeout=60)
+            except docker.errors.DockerException as exc:
+                raise LaunchFailed(f"the Docker Engine at {self.base_url} cannot be reached: "
+                                   f"{exc}") from exc
+        return self._client
+
+    def _run(self, spec: LaunchSpec, argv: list[str], cpus: list[int], workdir: Path) -> Any:
+        settings = {k: v for k, v in dict(spec.platform.get("docker") or {}).items()
+                    if v is not None}
+        unknown = sorted(set(settings) - set(SETTINGS))
+        if unknown:
+            raise InvalidInput(f"docker settings {unknown}: this backend knows "
+                               f"{', '.join(SETTINGS)}", field="docker")
+        volumes = {str(workdir): {"bind": WORKDIR, "mode": "rw"}}
+        for name, mount in spec.datasets.items():
+            volumes[str(Path(mount.source).resolve())] = {"bind": f"{DATA}/{dir_name(name)}",
+                                                          "mode": mount.mode}
+        options: dict[str, Any] = {
+            "name": container_name(spec.launch_id), "entrypoint": argv, "working_dir": WORKDIR,
+            "environment": _env(spec), "volumes": volumes, "detach": True,
+            "labels": {LABEL: spec.launch_id, "cairn.job": spec.job, "cairn.site": spec.site,
+                       "cairn.role": spec.role},
+            "stdin_open": False, "tty": False,
+        }
+        for key, option in SETTINGS.items():
+            if settings.get(key):
+                options[option] = str(settings[key])
+        if spec.memory_bytes:
+            options["mem_limit"] = spec.memory_bytes
+            options["memswap_limit"] = spec.memory_bytes  # no swap beyond the limit
+        if spec.millicpus:
+            options["nano_cpus"] = spec.millicpus * 1_000_000
+        if cpus:
+            options["cpuset_cpus"] = ",".join(str(c) for c in cpus)
+        if spec.gpus:
+            options["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus),
+                                                        capabilities=[["gpu"]])]
+        try:
+            self.client.images.get(spec.image)
+        except docker.errors.ImageNotFound:
+            raise LaunchFailed(f"image {spec.image!r} is not on this site's Docker Engine "
+                               "(load or pull it first)", field="image") from None
+        except docker.errors.DockerException as exc:
+            raise LaunchFailed(f"the Docker Engine cannot be reached: {exc}") from exc
+        try:
+            return self.client.containers.run(spec.image, **options)
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                raise Conflict(f"container {options['name']} exists: launch {spec.launch_id} "
+                               "was started before", field="launch_id") from None
+            raise LaunchFailed(f"the Docker Engine refused the worker: "
+                               f"{exc.explanation or exc}") from exc
+
+    def _state(self, container_id: str) -> dict[str, Any] | None:
+        try:
+            container = self.client.containers.get(container_id)
+        except docker.errors.NotFound:
+            return None
+        return dict(container.attrs.get("State") or {})
+
+    def _logs(self, container_id: str) -> bytes:
+        try:
+            data: bytes = self.client.containers.get(container_id).logs(stdout=True,
+                                                                        stderr=True)
+        except docker.errors.APIError:
+            return b""  # gone, or being removed: its output is in worker.log by then
+        return data
+
+    def _start_watch(self, handle: LaunchHandle) -> None:
+        deadline = None
+        if handle.timeout_s is not None:
+            elapsed = (datetime.now(UTC) - handle.started_at).total_seconds()
+            deadline = asyncio.get_running_loop().time() + handle.timeout_s - elapsed
+        watch = _Watch(handle=handle, deadline=deadline)
+        self._watches[handle.launch_id] = watch
+        self._cpu_load.update(handle.cpus)
+        watch.task = asyncio.create_task(self._watch(watch), name=f"watch {handle.launch_id}")
+
+    async def _watch(self, watch: _Watch) -> WorkerExit:
+        loop = asyncio.get_running_loop()
+        while True:
+            state = await asyncio.to_thread(self._state, watch.handle.native_id)
+            if state is None or not state.get("Running", False):
+                return await self._finish(watch, state)
+            if (watch.deadline is not None and loop.time() >= watch.deadline
+                    and not (watch.timed_out or watch.cancelled)):
+                watch.timed_out = True
+                watch.stopper = asyncio.create_task(self._stop(watch.handle, self.grace_s))
+            await asyncio.sleep(self.poll_s)
+
+    async def _stop(self, handle: LaunchHandle, grace_s: float) -> None:
+        def stop() -> None:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.client.containers.get(handle.native_id).stop(timeout=max(0, round(grace_s)))
+
+        await asyncio.to_thread(stop)
+
+    async def _finish(self, watch: _Watch, state: dict[str, Any] | None) -> WorkerExit:
+        handle = watch.handle
+        tail = b""
+        if state is not None:
+            data = await asyncio.to_thread(self._logs, handle.native_id)
+            await asyncio.to_thread(Path(handle.log_path).write_bytes, data)
+            tail = data[-LOG_TAIL_BYTES:]
+            await asyncio.to_thread(self._remove, handle.native_id)
+        if state is None:
+            code, cause = None, "infrastructure"
+            message = "its container is gone: it ended while the launcher was down and was removed"
+        else:
+            code, cause, message = classify(Observed(
+                status_code=int(state.get("ExitCode", 0)), cancelled=watch.cancelled,
+                timed_out=watch.timed_out, timeout_s=handle.timeout_s,
+                oom_kills=1 if state.get("OOMKilled") else 0, log_tail=tail,
+                memory_limit="docker --memory"))
+            if state.get("Error"):
+                code, cause, message = None, "launch-failed", str(state["Error"])
+        ended = WorkerExit(launch_id=handle.launch_id, exit_code=code, cause=cause,  # type: ignore[arg-type]
+                           message=message, ended_at=datetime.now(UTC))
+        self._ended[handle.launch_id] = ended
+        if self._watches.pop(handle.launch_id, None) is not None:
+            self._cpu_load.subtract(handle.cpus)
+        return ended
+
+    def _remove(self, container_id: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.containers.get(container_id).remove(force=True)
+
+
+def _argv(entrypoint: str | list[str]) -> list[str]:
+    try:
+        argv = shlex.split(entrypoint) if isinstance(entrypoint, str) else list(entrypoint)
+    except ValueError as exc:
+        raise InvalidInput(f"entrypoint: {exc}", field="entrypoint") from exc
+    if not argv:
+        raise InvalidInput("entrypoint is empty", field="entrypoint")
+    return argv
+
+
+def _env(spec: LaunchSpec) -> dict[str, str]:
+    """The container's environment: the study's, the secrets, then the contract (which wins)."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    env.update(spec.study_env)
+    env.update(spec.secret_env)
+    env.update(spec.env)
+    env["CAIRN_WORKDIR"] = WORKDIR
+    env["CAIRN_DATA"] = DATA
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
+    return env
