@@ -191,7 +191,11 @@ async def test_launch_refusals_are_clear(backend: DockerBackend, code_dir: Path,
         await backend.launch(spec(code_dir, "true", image=""))
     with pytest.raises(InvalidInput, match="knows network, shm_size, user, runtime"):
         await backend.launch(spec(code_dir, "true", platform={"docker": {"privileged": True}}))
+    with pytest.raises(LaunchFailed, match="refused the worker"):
+        await backend.launch(spec(code_dir, "no-such-program"))
     assert list((tmp_path / "site" / "workers").iterdir()) == []  # nothing left behind
+    retried = await backend.launch(spec(code_dir, "true"))  # the same launch id, now fine
+    assert (await backend.wait(retried)).cause is None
 
 
 async def test_logs_follow_until_the_container_ends(backend: DockerBackend,

@@ -263,6 +263,9 @@ class DockerBackend:
             if exc.status_code == 409:
                 raise Conflict(f"container {options['name']} exists: launch {spec.launch_id} "
                                "was started before", field="launch_id") from None
+            # Created but not started (a program not in the image, a bad setting): leave no
+            # container behind, so the same launch id can be tried again.
+            self._remove(options["name"])
             raise LaunchFailed(f"the Docker Engine refused the worker: "
                                f"{exc.explanation or exc}") from exc
 
