@@ -113,6 +113,21 @@ def worker_env(spec: LaunchSpec, workdir: Path, python: str) -> dict[str, str]:
     return env
 
 
+def split_entrypoint(entrypoint: str | list[str]) -> list[str]:
+    """The entrypoint as argv: a string split as a shell would (but nothing expanded).
+
+    Raises:
+        InvalidInput: empty or unparsable.
+    """
+    try:
+        argv = shlex.split(entrypoint) if isinstance(entrypoint, str) else list(entrypoint)
+    except ValueError as exc:
+        raise InvalidInput(f"entrypoint: {exc}", field="entrypoint") from exc
+    if not argv:
+        raise InvalidInput("entrypoint is empty", field="entrypoint")
+    return argv
+
+
 def worker_argv(entrypoint: str | list[str], path: str, cwd: Path) -> list[str]:
     """The entrypoint as argv (no shell); its program must be on the worker's PATH, or be a
     path (relative ones from the working directory).
@@ -121,12 +136,7 @@ def worker_argv(entrypoint: str | list[str], path: str, cwd: Path) -> list[str]:
         InvalidInput: empty or unparsable entrypoint.
         LaunchFailed: the program is not found.
     """
-    try:
-        argv = shlex.split(entrypoint) if isinstance(entrypoint, str) else list(entrypoint)
-    except ValueError as exc:
-        raise InvalidInput(f"entrypoint: {exc}", field="entrypoint") from exc
-    if not argv:
-        raise InvalidInput("entrypoint is empty", field="entrypoint")
+    argv = split_entrypoint(entrypoint)
     if os.sep in argv[0]:
         candidate = cwd / argv[0]  # an absolute argv[0] replaces cwd
         found = candidate.is_file() and os.access(candidate, os.X_OK)

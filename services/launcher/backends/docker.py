@@ -26,10 +26,9 @@ import asyncio
 import contextlib
 import os
 import re
-import shlex
 import shutil
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +41,19 @@ from docker.types import DeviceRequest
 from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._exitcause import LOG_TAIL_BYTES, Observed, classify
-from cairn.launcher.backends._workdir import LOG_NAME, dir_name, prepare_workdir, read_chunk
+from cairn.launcher.backends._watching import (
+    find_watch,
+    stop_watching,
+    stream_log,
+    wait_watched,
+)
+from cairn.launcher.backends._workdir import (
+    LOG_NAME,
+    dir_name,
+    prepare_workdir,
+    read_chunk,
+    split_entrypoint,
+)
 from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
 from cairn.launcher.backends.errors import LaunchFailed
 
@@ -112,7 +123,7 @@ class DockerBackend:
             raise InvalidInput("the docker backend needs an image: set images.default for the "
                                "study in study_runtime.yaml, or image in the job spec",
                                field="image")
-        argv = _argv(spec.entrypoint)
+        argv = split_entrypoint(spec.entrypoint)
         cpus = pick_cpus(spec, self._cpu_load)
         workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
         try:
@@ -130,26 +141,13 @@ class DockerBackend:
 
     async def wait(self, handle: LaunchHandle) -> WorkerExit:
         """Wait for the container to end (bounded by its timeout) and say how it ended."""
-        ended = self._ended.get(handle.launch_id)
-        if ended is not None:
-            return ended
-        if handle.launch_id not in self._watches:
-            found = await self.reattach(handle)
-            if isinstance(found, WorkerExit):
-                return found
-        task = self._watches[handle.launch_id].task
-        assert task is not None
-        return await asyncio.shield(task)
+        return await wait_watched(self, handle)
 
     async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
         """`docker stop`: SIGTERM, SIGKILL after `grace_s`; returns once it is gone."""
-        if handle.launch_id in self._ended:
+        watch = await find_watch(self, handle)
+        if isinstance(watch, WorkerExit):
             return
-        if handle.launch_id not in self._watches:
-            found = await self.reattach(handle)
-            if isinstance(found, WorkerExit):
-                return
-        watch = self._watches[handle.launch_id]
         watch.cancelled = True
         await self._stop(handle, grace_s)
         assert watch.task is not None
@@ -175,29 +173,18 @@ class DockerBackend:
 
     async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Its stdout and stderr: from the engine while it runs, from `worker.log` after."""
-        offset = 0
-        while True:
-            # Looked at before reading, so the last output after the end is still drained.
-            running = handle.launch_id in self._watches
-            if running:
-                chunk = (await asyncio.to_thread(self._logs, handle.native_id))[offset:]
-            else:
-                chunk = await asyncio.to_thread(read_chunk, Path(handle.log_path), offset)
-            if chunk:
-                offset += len(chunk)
-                yield chunk
-            elif follow and running:
-                await asyncio.sleep(max(self.poll_s, 0.2))
-            else:
-                return
+        def read(offset: int) -> Awaitable[bytes]:
+            if handle.launch_id in self._watches:
+                return asyncio.to_thread(lambda: self._logs(handle.native_id)[offset:])
+            return asyncio.to_thread(read_chunk, Path(handle.log_path), offset)
+
+        async for chunk in stream_log(read, lambda: handle.launch_id in self._watches,
+                                      follow=follow, poll_s=self.poll_s):
+            yield chunk
 
     async def close(self) -> None:
         """Stop watching; the containers keep running, for a restarted launcher to find."""
-        tasks = [w.task for w in self._watches.values() if w.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._watches.clear()
+        await stop_watching(self._watches)
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None
@@ -342,16 +329,6 @@ class DockerBackend:
     def _remove(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self.client.containers.get(container_id).remove(force=True)
-
-
-def _argv(entrypoint: str | list[str]) -> list[str]:
-    try:
-        argv = shlex.split(entrypoint) if isinstance(entrypoint, str) else list(entrypoint)
-    except ValueError as exc:
-        raise InvalidInput(f"entrypoint: {exc}", field="entrypoint") from exc
-    if not argv:
-        raise InvalidInput("entrypoint is empty", field="entrypoint")
-    return argv
 
 
 def _env(spec: LaunchSpec) -> dict[str, str]:

@@ -39,6 +39,12 @@ from cairn.launcher.backends._memlimit import (
 )
 from cairn.launcher.backends._spawn import spawn_worker
 from cairn.launcher.backends._warm import Zygote, enabled_by_env
+from cairn.launcher.backends._watching import (
+    find_watch,
+    stop_watching,
+    stream_log,
+    wait_watched,
+)
 from cairn.launcher.backends._workdir import (
     LOG_NAME,
     base_env,
@@ -178,28 +184,13 @@ class ProcessBackend:
 
     async def wait(self, handle: LaunchHandle) -> WorkerExit:
         """Wait for the worker to end (bounded by its timeout) and say how it ended."""
-        ended = self._ended.get(handle.launch_id)
-        if ended is not None:
-            return ended
-        watch = self._watches.get(handle.launch_id)
-        if watch is None:
-            found = await self.reattach(handle)
-            if isinstance(found, WorkerExit):
-                return found
-            watch = self._watches[handle.launch_id]
-        assert watch.task is not None
-        # Shielded: a caller that stops waiting must not stop the watch.
-        return await asyncio.shield(watch.task)
+        return await wait_watched(self, handle)
 
     async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
         """SIGTERM the worker's process group, SIGKILL it after `grace_s`; returns once gone."""
-        if handle.launch_id in self._ended:
+        watch = await find_watch(self, handle)
+        if isinstance(watch, WorkerExit):
             return
-        if handle.launch_id not in self._watches:
-            found = await self.reattach(handle)
-            if isinstance(found, WorkerExit):
-                return
-        watch = self._watches[handle.launch_id]
         watch.cancelled = True
         self._stop(watch, grace_s)
         assert watch.task is not None
@@ -232,26 +223,15 @@ class ProcessBackend:
         """The captured stdout and stderr; with `follow`, until the worker ends."""
         if follow and handle.launch_id not in self._watches and handle.launch_id not in self._ended:
             await self.reattach(handle)
-        path, offset = Path(handle.log_path), 0
-        while True:
-            # Looked at before reading, so the last output after the end is still drained.
-            running = handle.launch_id in self._watches
-            chunk = await asyncio.to_thread(read_chunk, path, offset)
-            if chunk:
-                offset += len(chunk)
-                yield chunk
-            elif follow and running:
-                await asyncio.sleep(max(self.poll_s, 0.2))
-            else:
-                return
+        path = Path(handle.log_path)
+        async for chunk in stream_log(
+                lambda offset: asyncio.to_thread(read_chunk, path, offset),
+                lambda: handle.launch_id in self._watches, follow=follow, poll_s=self.poll_s):
+            yield chunk
 
     async def close(self) -> None:
         """Stop watching; the workers keep running, for a restarted launcher to reattach."""
-        tasks = [w.task for w in self._watches.values() if w.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._watches.clear()
+        await stop_watching(self._watches)
         if self._zygote is not None:
             await self._zygote.close()
 
