@@ -177,6 +177,11 @@ async def test_a_new_launcher_finds_running_and_ended_containers(
         assert not isinstance(ended, type(quick))
         assert (ended.exit_code, ended.cause) == (4, "crashed")
         assert Path(quick.log_path).read_text() == "done\n"
+        # Its container is gone now; a third launcher still knows how it ended.
+        third = DockerBackend(tmp_path / "site", docker_host=engine.host)
+        again = await third.reattach(quick)
+        await third.close()
+        assert not isinstance(again, type(quick)) and again.exit_code == 4
         await second.cancel(running, grace_s=1.0)
         assert (await second.wait(running)).cause == "cancelled"
     finally:

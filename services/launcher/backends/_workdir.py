@@ -154,11 +154,15 @@ def read_outcome(workdir: str, log_path: str) -> tuple[ExitRecord | None, bytes]
     record = None
     with contextlib.suppress(OSError, msgspec.DecodeError):
         record = msgspec.json.decode(exit_path(workdir).read_bytes(), type=ExitRecord)
-    tail = b""
+    return record, read_tail(log_path)
+
+
+def read_tail(log_path: str) -> bytes:
+    """The end of a worker's log (where a traceback's last line is); empty without one."""
     with contextlib.suppress(OSError), open(log_path, "rb") as fh:
         fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL_BYTES))
-        tail = fh.read()
-    return record, tail
+        return fh.read()
+    return b""
 
 
 def read_chunk(path: Path, offset: int, size: int = 64 * 1024) -> bytes:

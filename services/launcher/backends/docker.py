@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -40,7 +41,7 @@ from docker.types import DeviceRequest
 
 from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._cpus import pick_cpus
-from cairn.launcher.backends._exitcause import LOG_TAIL_BYTES, Observed, classify
+from cairn.launcher.backends._exitcause import Observed, classify
 from cairn.launcher.backends._watching import (
     find_watch,
     stop_watching,
@@ -48,10 +49,12 @@ from cairn.launcher.backends._watching import (
     wait_watched,
 )
 from cairn.launcher.backends._workdir import (
+    CONTROL_DIR,
     LOG_NAME,
     dir_name,
     prepare_workdir,
     read_chunk,
+    read_tail,
     split_entrypoint,
 )
 from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
@@ -302,18 +305,24 @@ class DockerBackend:
 
     async def _finish(self, watch: _Watch, state: dict[str, Any] | None) -> WorkerExit:
         handle = watch.handle
-        tail = b""
+        record = Path(handle.workdir) / CONTROL_DIR / "container.json"
         if state is not None:
             data = await asyncio.to_thread(self._logs, handle.native_id)
             await asyncio.to_thread(Path(handle.log_path).write_bytes, data)
-            tail = data[-LOG_TAIL_BYTES:]
+            # Kept before the container goes: a launcher that dies right after still knows.
+            kept = {k: state.get(k) for k in ("ExitCode", "OOMKilled", "Error")}
+            await asyncio.to_thread(record.write_text, json.dumps(kept))
             await asyncio.to_thread(self._remove, handle.native_id)
+        else:
+            with contextlib.suppress(OSError, ValueError):
+                state = dict(json.loads(await asyncio.to_thread(record.read_text)))
         if state is None:
             code, cause = None, "infrastructure"
             message = "its container is gone: it ended while the launcher was down and was removed"
         else:
+            tail = await asyncio.to_thread(read_tail, handle.log_path)
             code, cause, message = classify(Observed(
-                status_code=int(state.get("ExitCode", 0)), cancelled=watch.cancelled,
+                status_code=int(state.get("ExitCode") or 0), cancelled=watch.cancelled,
                 timed_out=watch.timed_out, timeout_s=handle.timeout_s,
                 oom_kills=1 if state.get("OOMKilled") else 0, log_tail=tail,
                 memory_limit="docker --memory"))
