@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import click
@@ -58,18 +59,7 @@ def submit(
     # Check the spec before connecting: a typo is exit 3 even with no federation running.
     load_job_spec(file)
 
-    async def body(c: Client) -> JobState | str:
-        job_id = await c.submit(file)
-        if not watch:
-            return job_id
-        click.echo(job_id, err=output != "table")
-        return await _wait(c, job_id, timeout, output)
-
-    result = with_client(study, actor, body)
-    if isinstance(result, str):
-        emit({"job": result}, output, lambda d: click.echo(d["job"]))
-        return
-    _finish(result, output)
+    _start(lambda c: c.submit(file), watch, timeout, study, actor, output)
 
 
 async def _wait(c: Client, job_id: str, limit_s: float | None, output: str) -> JobState:
@@ -183,18 +173,7 @@ def rerun(
     actor: str | None,
     output: str,
 ) -> None:
-    async def body(c: Client) -> JobState | str:
-        new_id = await c.rerun(job_id)
-        if not watch:
-            return new_id
-        click.echo(new_id, err=output != "table")
-        return await _wait(c, new_id, timeout, output)
-
-    result = with_client(study, actor, body)
-    if isinstance(result, str):
-        emit({"job": result}, output, lambda d: click.echo(d["job"]))
-        return
-    _finish(result, output)
+    _start(lambda c: c.rerun(job_id), watch, timeout, study, actor, output)
 
 
 @job.command(help="Print the logs the launchers captured for a job's workers.")
@@ -231,3 +210,21 @@ def logs(
             click.echo(tag + rest.decode("utf-8", "replace"))
 
     with_client(study, actor, body)
+
+
+def _start(start: Callable[[Client], Awaitable[str]], watch: bool, timeout: float | None,
+           study: str | None, actor: str | None, output: str) -> None:
+    """Start a job (submit or rerun): print its id, or with `watch` follow it to its end."""
+
+    async def body(c: Client) -> JobState | str:
+        job_id = await start(c)
+        if not watch:
+            return job_id
+        click.echo(job_id, err=output != "table")
+        return await _wait(c, job_id, timeout, output)
+
+    result = with_client(study, actor, body)
+    if isinstance(result, str):
+        emit({"job": result}, output, lambda d: click.echo(d["job"]))
+        return
+    _finish(result, output)
