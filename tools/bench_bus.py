@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from cairn import events as ev
 from cairn import subjects, telemetry
 from cairn.bus import MSG_ID, Bus, Delivery, Subscription, replay
-from cairn.natsserver import NatsServer
+from cairn.runtime.natsserver import NatsServer
 
 N_PUBLISH = 20_000
 ROUNDS = 3

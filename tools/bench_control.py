@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cairn.client import Client
-from cairn.context import Context
-from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
+from cairn.runtime.context import Context
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 
 FIRST_LINE = """\
 import time, os, pathlib

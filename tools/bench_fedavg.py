@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 
 from cairn.client import Client
-from cairn.context import Context
-from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
+from cairn.runtime.context import Context
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "fedavg"

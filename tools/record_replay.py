@@ -20,8 +20,8 @@ import msgspec
 from cairn import events as ev
 from cairn.bus import Bus, replay
 from cairn.client import Client
-from cairn.context import Context
-from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
+from cairn.runtime.context import Context
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from cairn.state import view
 
 JOB = """\

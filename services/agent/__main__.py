@@ -2,6 +2,6 @@
 
 import sys
 
-from cairn.service import main
+from cairn.runtime.service import main
 
 sys.exit(main(["agent", *sys.argv[1:]]))

@@ -31,7 +31,7 @@ from cairn.events import (
     stamp,
 )
 from cairn.names import is_name
-from cairn.service import Runtime
+from cairn.runtime.service import Runtime
 from cairn.spec.policy import StudyUsage, check_deployment
 from cairn.spec.resources import ResourceRequest
 from cairn.spec.site import SiteConfig, load_site_config

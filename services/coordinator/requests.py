@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import msgspec
 
 from cairn import api
+from cairn.client.jobrequest import JobRequest
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (
     JobCancelRequested,
@@ -20,7 +21,6 @@ from cairn.events import (
     StudySiteRemoved,
     stamp,
 )
-from cairn.jobrequest import JobRequest
 from cairn.names import check_name, new_job_id
 from cairn.spec.roles import allowed
 from cairn.state import study as study_state

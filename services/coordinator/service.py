@@ -32,7 +32,7 @@ from cairn.events import (
     now,
 )
 from cairn.names import is_name
-from cairn.service import Runtime
+from cairn.runtime.service import Runtime
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.state import view as study_view
 from cairn.state.study import StudyState

@@ -31,7 +31,7 @@ from cairn.events import (
 )
 from cairn.launcher.backends.base import Backend, LaunchHandle, LaunchSpec, WorkerExit, load_backend
 from cairn.launcher.records import LaunchRecord, kv_key
-from cairn.service import Runtime
+from cairn.runtime.service import Runtime
 from cairn.spec.site import SiteConfig, load_site_config
 
 log = logging.getLogger("cairn.launcher")
@@ -193,7 +193,7 @@ class LauncherService:
             data = await store.get(digest, digest=digest)
         except NotFound:
             raise InvalidInput(f"code bundle {digest[:12]} is not in artifacts_{study}") from None
-        from cairn.bundle import unpack
+        from cairn.codebundle import unpack
 
         tmp = dest.with_name(digest + f".tmp{os.getpid()}")
         await asyncio.to_thread(unpack, data, tmp)

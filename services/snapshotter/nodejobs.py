@@ -11,10 +11,10 @@ import socket
 
 from cairn.bus import Bus
 from cairn.client import Client
+from cairn.client.jobrequest import JobRequest
 from cairn.errors import CairnError, Unavailable
 from cairn.events import Resources, RoleRequest
-from cairn.jobrequest import JobRequest
-from cairn.seed import project_admin
+from cairn.runtime.seed import project_admin
 from cairn.snapshot.model import CollectorError, NodeSnapshot
 from cairn.snapshot.node import parse_lines
 from cairn.spec.runtime import VALIDATION_STUDY

@@ -30,7 +30,7 @@ import msgspec
 from cairn import subjects
 from cairn.errors import CairnError, InvalidInput
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
-from cairn.service import Runtime
+from cairn.runtime.service import Runtime
 from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
 from cairn.snapshot.remote import INLINE_MAX_BYTES, latest_record, record, snapshot_of
 from cairn.snapshotter.nodejobs import collect_nodes, expected_nodes

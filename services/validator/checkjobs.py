@@ -14,9 +14,9 @@ from typing import Any
 
 from cairn.checks import CheckReport, combine, parse_lines
 from cairn.client import Client
+from cairn.client.jobrequest import JobRequest
 from cairn.errors import CairnError
 from cairn.events import Resources, RoleRequest
-from cairn.jobrequest import JobRequest
 from cairn.recipes import Catalog, Check
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.validator.phases import CheckRun

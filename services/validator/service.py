@@ -32,8 +32,8 @@ from cairn.errors import InvalidInput, Unavailable
 from cairn.events import FEDERATION_DECODER, ValidationCompleted, ValidationStarted, now
 from cairn.names import check_name, new_ulid
 from cairn.recipes import Catalog, load_catalog, resolve
-from cairn.seed import project_admin
-from cairn.service import Runtime
+from cairn.runtime.seed import project_admin
+from cairn.runtime.service import Runtime
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.validator.checkjobs import CheckJobs
 from cairn.validator.run import ValidationRun

@@ -12,7 +12,7 @@ import yaml
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, replay
-from cairn.embedded import EmbeddedFederation
+from cairn.runtime.embedded import EmbeddedFederation
 
 ENV_SCRIPT = """\
 import json, os

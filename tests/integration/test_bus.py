@@ -10,7 +10,7 @@ import pytest
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, Delivery, Subscription, kv, objects, replay
-from cairn.natsserver import NatsServer
+from cairn.runtime.natsserver import NatsServer
 
 STUDY = "lung"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import Unavailable
-from cairn.natsserver import find_nats_server
+from cairn.runtime.natsserver import find_nats_server
 
 
 @pytest.fixture(autouse=True)

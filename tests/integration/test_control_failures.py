@@ -10,8 +10,8 @@ import pytest
 
 from cairn import events as ev
 from cairn.client import Client
-from cairn.embedded import EmbeddedFederation
 from cairn.launcher.backends.process import memory_limit_mechanism
+from cairn.runtime.embedded import EmbeddedFederation
 from tests.integration.cp_helpers import study_events, write_job
 
 SLEEPER = """\

@@ -9,9 +9,9 @@ import pytest
 
 from cairn import events as ev
 from cairn.client import Client
-from cairn.embedded import EmbeddedFederation
 from cairn.errors import InvalidInput, InvalidName, NotFound
 from cairn.events import StudyAdmin
+from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import connect
 from tests.integration.cp_helpers import (
     default_policy,

@@ -14,7 +14,7 @@ from cairn import subjects
 from cairn.bus import MSG_ID, Bus, Delivery, Subscription, replay
 from cairn.cli.main import main
 from cairn.client import get_message
-from cairn.natsserver import NatsServer
+from cairn.runtime.natsserver import NatsServer
 
 STUDY = "lung"
 GARBAGE = b'{"type": "job.submitted", "this is": "not a job"}'

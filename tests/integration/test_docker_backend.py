@@ -221,8 +221,8 @@ async def test_a_job_runs_in_a_container_at_a_docker_site(engine: DockerEngine,
 
     from cairn import events as ev
     from cairn.client import Client
-    from cairn.context import Context
-    from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
+    from cairn.runtime.context import Context
+    from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
     from tests.integration.cp_helpers import study_events, write_job
 
     fed = EmbeddedFederation(dir=tmp_path / "fed", sites=("hub", "site-a"), heartbeat_s=0.2,

@@ -22,7 +22,7 @@ from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, objects, replay
 from cairn.client import Client
-from cairn.embedded import EmbeddedFederation
+from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.fixtures.federation import connect, make_federation
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from cairn import events as ev
-from cairn.embedded import EmbeddedFederation
+from cairn.runtime.embedded import EmbeddedFederation
 from cairn.snapshot import flatten
 from cairn.snapshot.remote import ask
 from tests.fixtures.federation import connect, make_federation

@@ -15,11 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from cairn import service, subjects
+from cairn import subjects
 from cairn.bus import Bus, replay
 from cairn.events import FEDERATION_DECODER, SnapshotRecorded
-from cairn.natsserver import NatsServer
-from cairn.service import ServiceConfig
+from cairn.runtime import service
+from cairn.runtime.natsserver import NatsServer
+from cairn.runtime.service import ServiceConfig
 
 SITE = "site-x"
 RACK = "Site.location.rack"

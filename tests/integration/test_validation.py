@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, replay
-from cairn.embedded import DEFAULT_ADMIN, EmbeddedFederation
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from tests.fixtures.federation import make_federation
 from tests.integration.cp_helpers import study_events
 
@@ -97,7 +98,14 @@ async def test_cpu_site_passes_a_cpu_recipe_with_checks_run_as_jobs(
     assert [type(e).__name__ for e in run] == ["ValidationStarted", "ValidationPhase",
                                                "ValidationCompleted"]
     assert run[1].ctrf["results"]["tool"] == {"name": "cairn"} and run[2].status == "passed"
-    snaps = await federation_events(fed, subjects.site_event("site-a", "snapshot"))
+    # The start snapshot comes a moment after the site starts, so a quick validation can end
+    # before it: wait for it (bounded) rather than assume an order.
+    deadline = time.monotonic() + 30
+    while True:
+        snaps = await federation_events(fed, subjects.site_event("site-a", "snapshot"))
+        if {s.reason for s in snaps} >= {"start", "request"} or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
     assert {s.reason for s in snaps} >= {"start", "request"}
     assert run[0].snapshot_digest in {s.digest for s in snaps}
     # --out holds what an evidence bundle needs.

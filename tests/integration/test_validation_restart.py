@@ -12,9 +12,9 @@ from pathlib import Path
 
 from cairn import subjects
 from cairn.bus import Bus
-from cairn.embedded import DEFAULT_ADMIN
+from cairn.client.validation import follow
 from cairn.events import ValidationStarted
-from cairn.validation import follow
+from cairn.runtime.embedded import DEFAULT_ADMIN
 from tests.fixtures.federation import make_federation
 from tests.integration.test_validation import federation_events
 

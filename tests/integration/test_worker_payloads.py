@@ -13,8 +13,8 @@ import numpy as np
 from cairn import subjects
 from cairn.bus import Bus, objects, replay
 from cairn.client import Client
-from cairn.dataplane import encode_payload
-from cairn.embedded import EmbeddedFederation
+from cairn.runtime.embedded import EmbeddedFederation
+from cairn.worker.dataplane import encode_payload
 from tests.integration.cp_helpers import write_job
 
 APP = '''\

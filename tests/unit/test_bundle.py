@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn import bundle
+from cairn import codebundle as bundle
 from cairn.errors import InvalidInput
 
 

@@ -10,9 +10,14 @@ import msgspec
 
 from cairn import events as ev
 from cairn.bus import Replayed
-from cairn.jobrequest import REQUEST_FIELDS, JobRequest, request_of_spec, request_of_submitted
+from cairn.client.jobrequest import (
+    REQUEST_FIELDS,
+    JobRequest,
+    request_of_spec,
+    request_of_submitted,
+)
+from cairn.client.timeline import entry, format_line, summary
 from cairn.spec import load_job_spec
-from cairn.timeline import entry, format_line, summary
 
 AT = datetime(2025, 1, 2, 10, 31, 2, 120000, tzinfo=UTC)
 

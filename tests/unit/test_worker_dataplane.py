@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cairn import dataplane
-from cairn.dataplane import DataPlane, Message, RemoteError, decode_payload, encode_payload
 from cairn.errors import InvalidInput, Timeout
+from cairn.worker import dataplane
+from cairn.worker.dataplane import DataPlane, Message, RemoteError, decode_payload, encode_payload
 
 # -- codec ------------------------------------------------------------------------------------
 

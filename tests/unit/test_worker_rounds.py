@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.dataplane import DataPlane
 from cairn.errors import InvalidInput
 from cairn.events import Deployment
-from cairn.rounds import TooFewSites, fedavg, run_client, run_server
 from cairn.worker import Worker, WorkerEnvError
+from cairn.worker.dataplane import DataPlane
+from cairn.worker.rounds import TooFewSites, fedavg, run_client, run_server
 from tests.unit.test_worker_dataplane import FakeBus, bus  # noqa: F401 - fixture
 
 ENV = {"CAIRN_NATS_URL": "nats://127.0.0.1:1", "CAIRN_STUDY": "demo", "CAIRN_JOB": "j-1",

@@ -36,20 +36,20 @@ def _setup_data(example: Path, sites_dir: Path, hub: str) -> None:
 
 
 def _start(workdir: Path) -> Any:
-    from cairn.embedded import EmbeddedFederation
+    from cairn.runtime.embedded import EmbeddedFederation
 
     fed = EmbeddedFederation(dir=workdir / "fed", heartbeat_s=0.5)
     _say("1. Starting an embedded federation (nats-server, coordinator, hub, site-a, site-b)")
-    # Before any event loop runs: the parents are forked from this process (cairn.forked).
+    # Before any event loop runs: the parents are forked from this process (cairn.runtime.forked).
     fed.start(fork=True)
     return fed
 
 
 async def _run(fed: Any, example: Path, out: Path, recipe: str | None, t0: float) -> int:
     from cairn.client import Client
-    from cairn.context import Context
-    from cairn.embedded import DEFAULT_ADMIN
-    from cairn.timeline import format_line
+    from cairn.client.timeline import format_line
+    from cairn.runtime.context import Context
+    from cairn.runtime.embedded import DEFAULT_ADMIN
 
     took = await fed.wait_healthy(60)
     assert fed.nats is not None
@@ -109,7 +109,7 @@ async def _watch(client: Any, job_id: str) -> Any:
 
 async def _validate(client: Any, site: str, recipe: str) -> None:
     _say(f"5. Validating {site} against recipe {recipe} (check jobs run through its launcher)")
-    from cairn.validation import run_validation
+    from cairn.client.validation import run_validation
 
     result = await run_validation(client, site, recipe, timeout=300)
     for phase, item in result.phases.items():

@@ -7,7 +7,7 @@ import msgspec
 
 from cairn.cli.session import session_options, with_client
 from cairn.client import Client
-from cairn.timeline import format_line
+from cairn.client.timeline import format_line
 
 
 @click.group(help="Read the study's event stream.")

@@ -8,8 +8,8 @@ from cairn.cli.jobview import print_job
 from cairn.cli.output import emit, output_option
 from cairn.cli.session import session_options, with_client
 from cairn.client import Client
+from cairn.client.timeline import TimelineEntry, format_line
 from cairn.state.view import StudyView
-from cairn.timeline import TimelineEntry, format_line
 
 
 @click.command(

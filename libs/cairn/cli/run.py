@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from cairn.service import SERVICES
+from cairn.runtime.service import SERVICES
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -16,6 +16,6 @@ from cairn.service import SERVICES
                     "lists the flags.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(args: tuple[str, ...]) -> None:
-    from cairn.service import main
+    from cairn.runtime.service import main
 
     sys.exit(main(list(args)))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from cairn import context
-from cairn.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
 from cairn.errors import CairnError, NotFound
+from cairn.runtime import context
+from cairn.runtime.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
 
 
 @click.command(help="""Start an embedded federation: a private nats-server with JetStream, the

@@ -9,8 +9,8 @@ import click
 from cairn.cli.output import emit, output_option
 from cairn.cli.session import run, session_options
 from cairn.client import Client
+from cairn.client.validation import ValidationResult, run_validation
 from cairn.names import check_name
-from cairn.validation import ValidationResult, run_validation
 
 
 def print_result(result: ValidationResult) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from cairn.launcher.backends import _exitwrap, _proc
 
-PRELOAD = ("cairn.worker", "cairn.rounds")
+PRELOAD = ("cairn.worker", "cairn.worker.rounds")
 _LEN = struct.Struct(">I")
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from cairn.rounds import run_client
 from cairn.worker import Worker, main
+from cairn.worker.rounds import run_client
 from fedavg import model as lr
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cairn.rounds import run_server
 from cairn.worker import Worker, main
+from cairn.worker.rounds import run_server
 from fedavg import model as lr
 
 

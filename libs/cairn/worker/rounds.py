@@ -4,7 +4,8 @@
     result = await run_server(w, rounds=3,         await run_client(w, train)
                               initial=model0)
 
-The protocol, over the job's data plane (`cairn.dataplane`), all of it stored in DATA_<study>:
+The protocol, over the job's data plane (`cairn.worker.dataplane`), all of it stored in
+DATA_<study>:
 
     ready   client -> server/0   {"site"}                       once, when the client starts
     task    server -> all        {"round", "model"} or {"stop": true}

@@ -39,7 +39,6 @@ import msgspec
 
 from cairn import subjects
 from cairn.bus import Bus, objects, replay
-from cairn.dataplane import DataPlane, Handler, Message, RemoteError
 from cairn.errors import CairnError, InvalidInput
 from cairn.events import (
     STUDY_DECODER,
@@ -52,6 +51,7 @@ from cairn.events import (
     WorkerResult,
     stamp,
 )
+from cairn.worker.dataplane import DataPlane, Handler, Message, RemoteError
 
 __all__ = ["Message", "RemoteError", "SyncWorker", "Worker", "WorkerEnvError", "main"]
 

@@ -24,10 +24,10 @@ import msgspec
 from cairn import subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
 from cairn.errors import CairnError
-from cairn.logs import setup_logging
+from cairn.runtime.logs import setup_logging
 
 T = TypeVar("T")
-log = logging.getLogger("cairn.service")
+log = logging.getLogger("cairn.runtime.service")
 
 SERVICES: dict[str, str] = {
     "coordinator": "cairn.coordinator.service:CoordinatorService",
@@ -57,7 +57,7 @@ class ServiceConfig:
     options: dict[str, str] = field(default_factory=dict)
 
     def tls_context(self) -> Any:
-        from cairn.context import tls_context
+        from cairn.runtime.context import tls_context
 
         return tls_context(self.tls_ca, self.tls_cert, self.tls_key)
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from cairn import context, subjects
+from cairn import subjects
 from cairn.errors import Timeout, Unavailable
-from cairn.forked import ForkedProcess, fork_service, preload
-from cairn.natsserver import NatsServer
+from cairn.runtime import context
+from cairn.runtime.forked import ForkedProcess, fork_service, preload
+from cairn.runtime.natsserver import NatsServer
 
 DEFAULT_SITES = ("hub", "site-a", "site-b")
 DEFAULT_STUDY = "demo"
@@ -114,7 +115,8 @@ class EmbeddedFederation:
 
     def start(self, *, fork: bool = False) -> None:
         """Start nats-server and the parents. `fork=True` forks them from this process
-        after importing them once (see `cairn.forked`: only without a running event loop)."""
+        after importing them once (see `cairn.runtime.forked`: only without a running event
+        loop)."""
         self._fork = fork
         if fork:
             preload(("coordinator", "validator", *SITE_SERVICES))
@@ -138,7 +140,7 @@ class EmbeddedFederation:
         assert self.nats is not None
         log = self.dir / "logs" / f"{name}.log"
         env = self._env()
-        cmd = [sys.executable, "-m", "cairn._serve", *services, "--site", site,
+        cmd = [sys.executable, "-m", "cairn.runtime._serve", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
         if self._fork:
             forked = fork_service(services, cmd[3 + len(services):], env, log)
@@ -176,7 +178,7 @@ class EmbeddedFederation:
         args = p.proc.args
         assert isinstance(args, list)
         if isinstance(p.proc, ForkedProcess):
-            args = [sys.executable, "-m", "cairn._serve", *args]
+            args = [sys.executable, "-m", "cairn.runtime._serve", *args]
         with open(p.log, "ab") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self._env(),

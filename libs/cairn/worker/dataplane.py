@@ -41,7 +41,7 @@ from cairn.bus import Bus, Objects, Replayed, objects, replay
 from cairn.errors import CairnError, InvalidInput, Timeout
 from cairn.names import check_name, new_event_id
 
-log = logging.getLogger("cairn.dataplane")
+log = logging.getLogger("cairn.worker.dataplane")
 
 ONE_MIB = 1024 * 1024
 ENVELOPE_ROOM = 16 * 1024  # headers, ids and msgpack framing around an inline body

@@ -25,21 +25,23 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from cairn import bundle, deadletters, subjects
-from cairn import context as context_file
+from cairn import codebundle as bundle
+from cairn import subjects
 from cairn.api import REPLY_DECODER, REQUEST_ENCODER, FederationInfo, Reply, Request, SiteInfo
 from cairn.bus import Bus, objects, replay
-from cairn.deadletters import DeadLetter, delete_message, get_message
+from cairn.client import deadletters
+from cairn.client.deadletters import DeadLetter, delete_message, get_message
+from cairn.client.jobrequest import JobRequest, request_of_spec, request_of_submitted
+from cairn.client.logs import LogChunk, worker_logs
+from cairn.client.timeline import TimelineEntry, entry
 from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable, from_dict
 from cairn.events import STUDY_DECODER, StudyAdmin
-from cairn.joblogs import LogChunk, worker_logs
-from cairn.jobrequest import JobRequest, request_of_spec, request_of_submitted
 from cairn.names import check_name
+from cairn.runtime import context as context_file
 from cairn.spec.job import load_job_spec
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView, fold
-from cairn.timeline import TimelineEntry, entry
 
 T = TypeVar("T")
 
@@ -234,7 +236,7 @@ class Client:
 
     async def fetch(self, job_id: str, dest: str | Path) -> list[Path]:
         """Download the job's result files and values into `dest`; returns the paths."""
-        from cairn.jobresults import fetch_results
+        from cairn.client.results import fetch_results
 
         return await fetch_results(self.bus, await self.job(job_id), dest)
 
@@ -369,7 +371,7 @@ class Client:
             raise NotFound(f"job {job} has no events in {stream}")
         return view, [entry(r) for r in items]
 
-    # -- dead letters (federation-wide; see cairn.deadletters) ----------------------------
+    # -- dead letters (federation-wide; see cairn.client.deadletters) ----------------------------
 
     async def dead_letters(self) -> list[DeadLetter]:
         return await deadletters.list_all(self.bus)

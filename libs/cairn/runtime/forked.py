@@ -72,7 +72,7 @@ def fork_service(services: Sequence[str], args: list[str], env: dict[str, str],
         os.dup2(out, 2)
         os.environ.clear()
         os.environ.update(env)
-        from cairn.service import main
+        from cairn.runtime.service import main
 
         code = main(argv)
     except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
@@ -87,7 +87,7 @@ def preload(services: Sequence[str]) -> None:
     """Import the services' modules here, once, so forked children share them."""
     import importlib
 
-    from cairn.service import SERVICES
+    from cairn.runtime.service import SERVICES
 
     for name in services:
         importlib.import_module(SERVICES[name].split(":")[0])

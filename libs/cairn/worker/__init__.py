@@ -1,0 +1,13 @@
+"""What job code imports: the worker SDK, its data plane and the round helpers.
+
+    from cairn.worker import Worker, main
+    from cairn.worker.rounds import ...
+
+`cairn.worker.sdk` holds the `Worker` session, `cairn.worker.dataplane` the job's data plane
+(`cairn.data.<study>.<job>...`), `cairn.worker.rounds` the helpers for round-based algorithms.
+"""
+
+from cairn.worker.dataplane import Message, RemoteError
+from cairn.worker.sdk import SyncWorker, Worker, WorkerEnvError, main
+
+__all__ = ["Message", "RemoteError", "SyncWorker", "Worker", "WorkerEnvError", "main"]
