@@ -1,0 +1,1 @@
+"""The signer service: turns finished validation runs into signed evidence bundles."""
