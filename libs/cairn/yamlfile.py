@@ -3,12 +3,19 @@
 Operator files (job specs, site configs, study_runtime.yaml, recipes, federation.yaml) are
 decoded into msgspec Structs declared with `forbid_unknown_fields=True`, so a typo is an error,
 not a silently ignored key.
+
+Every file is read at bounded cost, before anything is built from it: its size, the number of
+nodes it expands to (aliases counted as often as they are used, so a "billion laughs" file is
+refused after reading its few hundred events) and its nesting depth have limits, set by
+`CAIRN_YAML_MAX_BYTES`, `CAIRN_YAML_MAX_NODES` and `CAIRN_YAML_MAX_DEPTH` (docs/limits.md).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +26,43 @@ from cairn.errors import InvalidInput
 
 T = TypeVar("T")
 PathKey = tuple[str | int, ...]
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_NODES = 100_000
+DEFAULT_MAX_DEPTH = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class YamlLimits:
+    """What one operator file may cost to read."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """Size of the file in bytes."""
+    max_nodes: int = DEFAULT_MAX_NODES
+    """Scalars and collections, each alias counted as the nodes it stands for."""
+    max_depth: int = DEFAULT_MAX_DEPTH
+    """Collections nested in collections."""
+
+    @classmethod
+    def from_env(cls) -> YamlLimits:
+        """The limits in force: the defaults, overridden by `CAIRN_YAML_MAX_*`."""
+        return cls(max_bytes=_env_int("CAIRN_YAML_MAX_BYTES", DEFAULT_MAX_BYTES),
+                   max_nodes=_env_int("CAIRN_YAML_MAX_NODES", DEFAULT_MAX_NODES),
+                   max_depth=_env_int("CAIRN_YAML_MAX_DEPTH", DEFAULT_MAX_DEPTH))
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise InvalidInput(f"must be a positive whole number, not {raw!r}", field=name)
+    return value
+
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
@@ -45,9 +89,19 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SCALARS = yaml.constructor.SafeConstructor()
 
 
-def parse(text: str, file: str = "<input>") -> YamlDocument:
-    """Parse YAML text, rejecting duplicate keys, keeping line numbers."""
+def parse(text: str, file: str = "<input>", *, limits: YamlLimits | None = None) -> YamlDocument:
+    """Parse YAML text, rejecting duplicate keys, keeping line numbers.
+
+    Raises:
+        InvalidInput: the text is not YAML, or breaks one of `limits` (from the environment
+            when not given), naming the file and the line.
+    """
+    limits = limits or YamlLimits.from_env()
+    if len(text) > limits.max_bytes or len(text.encode("utf-8", "surrogatepass")) > \
+            limits.max_bytes:
+        raise _too_large(file, limits)
     try:
+        _check_cost(text, file, limits)
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
@@ -61,6 +115,55 @@ def parse(text: str, file: str = "<input>") -> YamlDocument:
     lines[()] = node.start_mark.line + 1
     data = _build(node, (), lines, file)
     return YamlDocument(data, lines, file)
+
+
+def _check_cost(text: str, file: str, limits: YamlLimits) -> None:
+    """Refuse text that would expand past `limits`, from its parser events alone.
+
+    Events stream without building anything, and an anchor's expanded size is known when its
+    node ends, so a file full of aliases is costed in one linear pass over what it says.
+    """
+    expanded: dict[str, int] = {}
+    # Open collections: (anchor, node count when it started).
+    stack: list[tuple[str | None, int]] = []
+    total = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            anchor = event.anchor or ""
+            if any(open_anchor == anchor for open_anchor, _ in stack):
+                raise InvalidInput(f"alias *{anchor} refers to a collection that holds it",
+                                   file=file, line=_line_of(event))
+            total += expanded.get(anchor, 1)
+        elif isinstance(event, yaml.ScalarEvent):
+            total += 1
+            if event.anchor:
+                expanded[event.anchor] = 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= limits.max_depth:
+                raise InvalidInput(
+                    f"nested deeper than the limit of {limits.max_depth} "
+                    "(CAIRN_YAML_MAX_DEPTH)", file=file, line=_line_of(event))
+            stack.append((event.anchor, total))
+            total += 1
+        elif isinstance(event, yaml.CollectionEndEvent) and stack:
+            closed, started = stack.pop()
+            if closed:
+                expanded[closed] = total - started
+        if total > limits.max_nodes:
+            raise InvalidInput(
+                f"expands to more than the limit of {limits.max_nodes} nodes "
+                "(CAIRN_YAML_MAX_NODES; an alias counts the nodes it stands for)",
+                file=file, line=_line_of(event))
+
+
+def _line_of(event: yaml.Event) -> int | None:
+    mark = event.start_mark
+    return mark.line + 1 if mark is not None else None
+
+
+def _too_large(file: str, limits: YamlLimits) -> InvalidInput:
+    return InvalidInput(
+        f"larger than the limit of {limits.max_bytes} bytes (CAIRN_YAML_MAX_BYTES)", file=file)
 
 
 def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str) -> Any:
@@ -96,15 +199,32 @@ def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str)
         _SCALARS.constructed_objects.clear()  # its per-node cache would only grow
 
 
-def read_text(path: str | Path) -> str:
-    """An operator file's text; a missing or unreadable file is `InvalidInput` naming it."""
+def read_text(path: str | Path, *, shown: str | None = None,
+              limits: YamlLimits | None = None) -> str:
+    """An operator file's text, read at bounded cost.
+
+    Raises:
+        InvalidInput: naming the file (as `shown` when given): it is missing, unreadable,
+            larger than `limits.max_bytes` (read no further than that), or not UTF-8 (naming
+            the byte offset of the first bad byte).
+    """
     p = Path(path)
+    file = shown or str(p)
+    limits = limits or YamlLimits.from_env()
     try:
-        return p.read_text(encoding="utf-8")
+        with p.open("rb") as handle:
+            data = handle.read(limits.max_bytes + 1)
     except FileNotFoundError:
-        raise InvalidInput("file not found", file=str(p)) from None
+        raise InvalidInput("file not found", file=file) from None
     except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=str(p)) from None
+        raise InvalidInput(f"cannot read: {exc.strerror or exc}", file=file) from None
+    if len(data) > limits.max_bytes:
+        raise _too_large(file, limits)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"not UTF-8: byte {data[exc.start]:#04x} at byte offset {exc.start}",
+                           file=file) from None
 
 
 def load(path: str | Path, type_: type[T]) -> T:

@@ -44,6 +44,10 @@ class RuntimeFile:
             self.error = str(exc)
             log.warning("keeping the last good study runtime: %s", exc)
             return True, self.error
+        except Exception as exc:  # noqa: BLE001 - a reload must never take the site offline
+            self.error = f"{self.path}: cannot be read ({type(exc).__name__}: {exc})"
+            log.warning("keeping the last good study runtime: %s", self.error)
+            return True, self.error
         self.current = runtime
         self.error = None
         return True, None

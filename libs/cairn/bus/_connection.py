@@ -217,6 +217,11 @@ class Bus:
         """Publish without storage (heartbeats, data-plane fan-out)."""
         await self.nc.publish(subject, payload, headers=headers)
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message the server accepts, in bytes (its `max_payload`)."""
+        return int(self.nc.max_payload)
+
     # -- request / reply ----------------------------------------------------------------
 
     async def request(self, subject: str, payload: bytes, *, timeout: float = 5.0,

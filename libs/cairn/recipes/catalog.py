@@ -140,10 +140,7 @@ def load_catalog(root: str | Path | None = None) -> Catalog:
 def load_recipe_file(path: Path, kind: RecipeKind, root: Path | None = None) -> RecipeEntry:
     """Strictly decode one recipe file (checks needing the whole catalog come later)."""
     shown = str(path.relative_to(root)) if root is not None else str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=shown) from None
+    text = yamlfile.read_text(path, shown=shown)
     return parse_recipe(text, kind, shown, expect_name=path.stem)
 
 

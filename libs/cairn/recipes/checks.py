@@ -65,7 +65,7 @@ def load_checks(path: str | Path) -> dict[str, CheckDefinition]:
         InvalidInput: a malformed file, a duplicate name or a bad timeout (naming the file).
     """
     doc = yamlfile.parse(
-        Path(path).read_text(encoding="utf-8") if Path(path).is_file() else "", str(path)
+        yamlfile.read_text(path) if Path(path).is_file() else "", str(path)
     )
     if doc.data is None:
         raise InvalidInput("missing or empty check catalog", file=str(path))
