@@ -7,9 +7,11 @@ rule in `cairn.names` here, so a study called `s1.>` can never become a wildcard
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cairn.errors import InvalidName
 from cairn.events import (
+    BackendDeclared,
     CancelCommand,
     DeadLettered,
     DeployCommand,
@@ -50,7 +52,7 @@ from cairn.events import (
     WorkerRunning,
     tag_of,
 )
-from cairn.names import check_name
+from cairn.names import check_name, is_name
 
 ROOT = "cairn"
 _VERB_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -234,6 +236,34 @@ def api_study(study: str, verb: str) -> str:
     return f"{ROOT}.api.study.{check_name(study, 'study')}.{_verb(verb)}"
 
 
+class ApiAddress(NamedTuple):
+    """Where a request on `cairn.api.*` was sent: its scope, verb and study or site token."""
+
+    scope: str
+    verb: str
+    study: str | None = None
+    site: str | None = None
+
+
+def parse_api(subject: str) -> ApiAddress:
+    """Parse `cairn.api.fed.<verb>`, `cairn.api.study.<study>.<verb>`,
+    `cairn.api.site.<site>.<verb>` or `cairn.api.validation.<verb>`.
+
+    Raises:
+        InvalidName: not a request subject, or a token breaks the name rule.
+    """
+    tokens = subject.split(".")
+    if len(tokens) >= 4 and tokens[:2] == [ROOT, "api"]:
+        scope, rest = tokens[2], tokens[3:]
+        if scope in ("fed", "validation") and len(rest) == 1:
+            return ApiAddress(scope, _verb(rest[0]))
+        if scope == "study" and len(rest) == 2:
+            return ApiAddress(scope, _verb(rest[1]), study=check_name(rest[0], "study"))
+        if scope == "site" and len(rest) == 2:
+            return ApiAddress(scope, _verb(rest[1]), site=check_name(rest[0], "site"))
+    raise InvalidName(f"{subject!r} is not a request subject", field="subject")
+
+
 # -- streams and buckets --------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -251,8 +281,20 @@ class StreamSpec:
     extra: dict[str, object] = field(default_factory=dict)
 
 
+STUDY_STREAM_PREFIX = "STUDY_"
+
+
+def study_of_stream(name: str) -> str | None:
+    """The study a `STUDY_<study>` stream belongs to; None for any other stream."""
+    if not name.startswith(STUDY_STREAM_PREFIX):
+        return None
+    study = name[len(STUDY_STREAM_PREFIX):]
+    return study if is_name(study) else None
+
+
 def study_stream(study: str) -> StreamSpec:
-    return StreamSpec(name=f"STUDY_{check_name(study, 'study')}", subjects=(study_all(study),),
+    return StreamSpec(name=f"{STUDY_STREAM_PREFIX}{check_name(study, 'study')}",
+                      subjects=(study_all(study),),
                       description=f"study {study}: admin, jobs, sites, workers")
 
 
@@ -272,6 +314,7 @@ FEDERATION_STREAM = StreamSpec(
     name="FEDERATION",
     subjects=(f"{ROOT}.fed.>", f"{ROOT}.site.*.snapshot", f"{ROOT}.site.*.drift",
               f"{ROOT}.site.*.config-loaded", f"{ROOT}.site.*.config-rejected",
+              f"{ROOT}.site.*.backend",
               f"{ROOT}.validation.>"),
     description="federation seed, site facts, snapshots, drift, validation",
 )
@@ -329,7 +372,8 @@ def subject_of(event: Event) -> str:
             return site_launch(event.site, _last(event))
         case Heartbeat():
             return heartbeat(event.site)
-        case SnapshotRecorded() | SnapshotDrift() | SiteConfigLoaded() | SiteConfigRejected():
+        case SnapshotRecorded() | SnapshotDrift() | SiteConfigLoaded() | SiteConfigRejected() | \
+                BackendDeclared():
             return site_event(event.site, _last(event))
         case ValidationStarted() | ValidationPhase() | ValidationCompleted():
             return validation(event.site, event.recipe, _last(event))

@@ -32,8 +32,6 @@ from cairn.events import (
 from cairn.state.job import JobState, WorkerState
 from cairn.state.study import StudyState
 
-SOURCE = "coordinator@hub"
-
 
 @dataclass(frozen=True)
 class SiteStatus:
@@ -62,10 +60,10 @@ class _Base(TypedDict):
     cause: str | None
 
 
-def _base(job: JobState, what: str, now: datetime) -> _Base:
+def _base(job: JobState, what: str, ctx: Context) -> _Base:
     """Envelope of a decision: its id is `<job>.<what>`, the same every time it is made."""
-    return {"id": f"{job.job}.{what}", "at": now, "source": SOURCE, "study": job.study,
-            "cause": job.spec.id}
+    return {"id": f"{job.job}.{what}", "at": ctx.now, "source": f"coordinator@{ctx.hub}",
+            "study": job.study, "cause": job.spec.id}
 
 
 def role_candidates(role: RoleRequest, study: StudyState, hub: str) -> list[str]:
@@ -82,27 +80,10 @@ def role_need(role: RoleRequest, candidates: list[str]) -> int:
     return role.min_sites if role.min_sites is not None else max(1, len(candidates))
 
 
-def _fits(free: Resources, want: Resources) -> bool:
-    return (free.gpus >= want.gpus and free.millicpus >= want.millicpus
-            and free.memory_bytes >= want.memory_bytes)
-
-
-def _minus(a: Resources, b: Resources) -> Resources:
-    return Resources(gpus=a.gpus - b.gpus, millicpus=a.millicpus - b.millicpus,
-                     memory_bytes=a.memory_bytes - b.memory_bytes)
-
-
 def _why_not(site: SiteStatus | None, want: Resources, free: Resources) -> str:
     if site is None or not site.online:
         return "offline (no recent heartbeat)"
-    lacks = []
-    if free.gpus < want.gpus:
-        lacks.append(f"gpus {free.gpus} free < {want.gpus}")
-    if free.millicpus < want.millicpus:
-        lacks.append(f"cpus {free.millicpus / 1000:g} free < {want.millicpus / 1000:g}")
-    if free.memory_bytes < want.memory_bytes:
-        lacks.append(f"memory {free.memory_bytes >> 20}Mi free < {want.memory_bytes >> 20}Mi")
-    return "not enough capacity: " + ", ".join(lacks)
+    return "not enough capacity: " + ", ".join(want.shortfall(free))
 
 
 def schedule(job: JobState, study: StudyState, ctx: Context
@@ -117,9 +98,9 @@ def schedule(job: JobState, study: StudyState, ctx: Context
         placed = 0
         for site in candidates:
             status = ctx.sites.get(site)
-            avail = free.get(site, Resources(gpus=0, millicpus=0, memory_bytes=0))
-            if status is not None and status.online and _fits(avail, role.resources):
-                free[site] = _minus(avail, role.resources)
+            avail = free.get(site, Resources.zero())
+            if status is not None and status.online and role.resources.fits_in(avail):
+                free[site] = avail - role.resources
                 deployments.append(Deployment(site=site, role=role.name, rank=placed))
                 placed += 1
             else:
@@ -130,13 +111,14 @@ def schedule(job: JobState, study: StudyState, ctx: Context
     return deployments, {}
 
 
-def deploy_commands(job: JobState, deployments: list[Deployment], now: datetime) -> list[Event]:
+def deploy_commands(job: JobState, deployments: list[Deployment], ctx: Context
+                    ) -> list[Event]:
     roles = {r.name: r for r in job.spec.roles}
     peers = len(deployments)
     out: list[Event] = []
     for d in deployments:
         role = roles[d.role]
-        base = _base(job, f"deploy.{d.site}.{d.role}.{d.rank}.{d.attempt}", now)
+        base = _base(job, f"deploy.{d.site}.{d.role}.{d.rank}.{d.attempt}", ctx)
         out.append(DeployCommand(**base, actor=job.actor, job=job.job, site=d.site,
                                  role=d.role, rank=d.rank, attempt=d.attempt,
                                  entrypoint=role.entrypoint, resources=role.resources,
@@ -146,16 +128,16 @@ def deploy_commands(job: JobState, deployments: list[Deployment], now: datetime)
     return out
 
 
-def _cancels(job: JobState, now: datetime, reason: str, grace_s: float) -> list[Event]:
+def _cancels(job: JobState, ctx: Context, reason: str, grace_s: float) -> list[Event]:
     sites = sorted({w.site for w in job.workers.values()
                     if w.state not in ("exited", "rejected")})
-    return [CancelCommand(**_base(job, f"cancel.{site}", now), job=job.job,
+    return [CancelCommand(**_base(job, f"cancel.{site}", ctx), job=job.job,
                           site=site, reason=reason, grace_s=grace_s) for site in sites]
 
 
-def _end(job: JobState, now: datetime, kind: str, cause: str | None = None,
+def _end(job: JobState, ctx: Context, kind: str, cause: str | None = None,
          message: str = "") -> Event:
-    base = _base(job, "end", now)
+    base = _base(job, "end", ctx)
     if kind == "completed":
         return JobCompleted(**base, job=job.job)
     if kind == "aborted":
@@ -208,51 +190,51 @@ def decide_job(job: JobState, study: StudyState | None, ctx: Context) -> list[Ev
     now = ctx.now
     if job.cancel_requested:
         if job.dispatched_at is None:
-            return [_end(job, now, "aborted", "cancelled", "cancelled before dispatch")]
+            return [_end(job, ctx, "aborted", "cancelled", "cancelled before dispatch")]
         live = [w for w in job.workers.values() if w.state not in ("exited", "rejected")
                 and not _failed(w, ctx)]
         if not live:
-            return [_end(job, now, "aborted", "cancelled", "cancelled")]
-        return _cancels(job, now, "cancelled", ctx.cancel_grace_s)
+            return [_end(job, ctx, "aborted", "cancelled", "cancelled")]
+        return _cancels(job, ctx, "cancelled", ctx.cancel_grace_s)
     if job.state in ("submitted", "queued"):
         return _decide_pending(job, study, ctx)
     started = job.dispatched_at or job.submitted_at
     if now - started > timedelta(seconds=job.spec.timeout_s):
-        return [_end(job, now, "failed", "timeout",
+        return [_end(job, ctx, "failed", "timeout",
                      f"job ran past its timeout of {job.spec.timeout_s:g}s"),
-                *_cancels(job, now, "timeout", ctx.cancel_grace_s)]
+                *_cancels(job, ctx, "timeout", ctx.cancel_grace_s)]
     out: list[Event] = []
     if job.state == "dispatched" and any(w.state in ("running", "exited")
                                          for w in job.workers.values()):
-        out.append(JobRunning(**_base(job, "running", now), job=job.job))
+        out.append(JobRunning(**_base(job, "running", ctx), job=job.job))
     verdicts = [(_role_verdict(job, r, ctx), r) for r in job.spec.roles]
     for (verdict, cause, message), _role in verdicts:
         if verdict == "failed":
-            return [*out, _end(job, now, "failed", cause or "crashed", message),
-                    *_cancels(job, now, "job failed", ctx.cancel_grace_s)]
+            return [*out, _end(job, ctx, "failed", cause or "crashed", message),
+                    *_cancels(job, ctx, "job failed", ctx.cancel_grace_s)]
     hub_roles = [r for r in job.spec.roles if r.placement == "hub"]
     hub_done = hub_roles and all(v[0] == "ok" for v, r in verdicts if r.placement == "hub")
     if all(v[0] == "ok" for v, _ in verdicts) or hub_done:
         # The server role finishing ends an FL job: clients still running are stopped.
-        return [*out, _end(job, now, "completed"),
-                *_cancels(job, now, "job completed", ctx.cancel_grace_s)]
+        return [*out, _end(job, ctx, "completed"),
+                *_cancels(job, ctx, "job completed", ctx.cancel_grace_s)]
     return out
 
 
 def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> list[Event]:
     now = ctx.now
     if study is None:
-        return [_end(job, now, "failed", "unschedulable", "the study does not exist")]
+        return [_end(job, ctx, "failed", "unschedulable", "the study does not exist")]
     deployments, reasons = schedule(job, study, ctx)
     if deployments is not None:
-        dispatched = JobDispatched(**_base(job, "dispatched", now), job=job.job,
+        dispatched = JobDispatched(**_base(job, "dispatched", ctx), job=job.job,
                                    deployments=deployments)
-        return [dispatched, *deploy_commands(job, deployments, now)]
+        return [dispatched, *deploy_commands(job, deployments, ctx)]
     if now - job.submitted_at > timedelta(seconds=job.spec.queue_timeout_s):
-        base = _base(job, "end", now)
+        base = _base(job, "end", ctx)
         return [JobUnschedulable(**base, job=job.job, reasons=reasons)]
     if job.state == "submitted":
-        return [JobQueued(**_base(job, "queued", now), job=job.job, reasons=reasons)]
+        return [JobQueued(**_base(job, "queued", ctx), job=job.job, reasons=reasons)]
     return []
 
 
@@ -262,8 +244,7 @@ def site_status(hb: Heartbeat | None, seen: datetime | None, now: datetime, *,
     (counted from `since`, the coordinator's start, for a site it has not heard yet)."""
     if hb is None or seen is None:
         waited = (now - since).total_seconds()
-        return SiteStatus(name=name, online=False, free=Resources(gpus=0, millicpus=0,
-                                                                  memory_bytes=0),
+        return SiteStatus(name=name, online=False, free=Resources.zero(),
                           lost=waited > lost_s)
     age = (now - max(seen, since)).total_seconds()
     return SiteStatus(name=name, online=(now - seen).total_seconds() <= stale_s, free=hb.free,

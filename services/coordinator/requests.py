@@ -1,14 +1,17 @@
-"""The coordinator's answers to `cairn.api.*` requests (see `cairn.api` for the contract)."""
+"""The coordinator's answers to `cairn.api.fed.*` and `cairn.api.study.<study>.*` requests.
+
+Each request arrives decoded once (`cairn.api.Envelope`, checked against its subject by the
+runtime) and is dispatched with `match`; each answer is a typed `cairn.api` result. Handlers
+read the service's state, decide, and publish; they never change state themselves (the
+coordinator's fold does, when the published event comes back).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
-
-import msgspec
+from typing import TYPE_CHECKING, TypedDict, cast, get_args
 
 from cairn import api
-from cairn.client.jobrequest import JobRequest
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (
     JobCancelRequested,
@@ -21,30 +24,17 @@ from cairn.events import (
     StudySiteRemoved,
     stamp,
 )
+from cairn.events.base import Event
+from cairn.events.study import Role
 from cairn.names import check_name, new_job_id
-from cairn.spec.roles import allowed
+from cairn.spec.roles import Action, allowed
 from cairn.state import study as study_state
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
+from cairn.subjects import ApiAddress
 
 if TYPE_CHECKING:
     from cairn.coordinator.service import CoordinatorService
-
-SOURCE = "coordinator@hub"
-
-
-class _Envelope(TypedDict):
-    id: str
-    at: datetime
-    source: str
-    study: str
-    actor: str | None
-
-
-def _arg(args: dict[str, Any], key: str) -> Any:
-    if key not in args:
-        raise InvalidInput(f"missing argument {key!r}", field=key)
-    return args[key]
 
 
 class Requests:
@@ -53,13 +43,16 @@ class Requests:
     def __init__(self, service: CoordinatorService) -> None:
         self.svc = service
 
+    @property
+    def source(self) -> str:
+        return f"coordinator@{self.svc.hub}"
+
     # -- who may act ------------------------------------------------------------------
 
     def role_of(self, actor: str | None, study: StudyState | None) -> tuple[str, str]:
         """(role, org) of an actor: a federation project_admin acts everywhere."""
         if not actor:
-            raise PermissionDenied("no actor given: pass --actor or set CAIRN_ACTOR "
-                                   "(taken on trust until the security work lands)")
+            raise PermissionDenied("no actor given: pass --actor or set CAIRN_ACTOR")
         fed_admin = self.svc.admins.get(actor)
         if fed_admin is not None and fed_admin.role == "project_admin":
             return "project_admin", fed_admin.org
@@ -80,99 +73,134 @@ class Requests:
                 return view.study.admins[actor].org
         return ""
 
-    # -- federation verbs -------------------------------------------------------------
+    def studies_of(self, actor: str | None) -> list[StudyState]:
+        """The studies an actor belongs to (every study, for a project admin)."""
+        studies = [v.study for v in self.svc.views.values() if v.study is not None]
+        fed_admin = self.svc.admins.get(actor or "")
+        if fed_admin is not None and fed_admin.role == "project_admin":
+            return studies
+        return [s for s in studies if actor and actor in s.admins]
 
-    async def fed(self, verb: str, req: api.Request) -> Any:
+    # -- dispatch ---------------------------------------------------------------------
+
+    async def handle(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
+        """Answer one request (federation verbs, or study verbs of `address.study`)."""
+        if address.scope == "study":
+            assert address.study is not None
+            return await self._study(address.study, envelope)
+        if address.scope == "fed":
+            return await self._fed(envelope)
+        raise NotFound(f"the coordinator does not serve {address.scope} requests")
+
+    async def _fed(self, envelope: api.Envelope) -> api.Result:
         svc = self.svc
-        if verb == "federation":
-            return svc.federation_info()
-        if verb == "site-list":
-            return svc.site_infos(None)
-        if verb == "study-list":
-            return [v.study for v in svc.views.values() if v.study is not None]
-        if verb == "study-create":
-            role, _ = self.role_of(req.actor, None)
-            if not allowed(role, "create-study"):
-                raise PermissionDenied(f"{req.actor} may not create studies")
-            name = check_name(_arg(req.args, "name"), "study")
-            if name in svc.views and svc.views[name].study is not None:
-                raise Conflict(f"study {name} already exists", field="name")
-            sites = [check_name(s, "site") for s in req.args.get("sites", [])]
-            unknown = [s for s in sites if s not in svc.fed_sites]
-            if unknown:
-                raise InvalidInput(f"not sites of this federation: {', '.join(unknown)}",
-                                   field="sites")
-            admins = msgspec.convert(req.args.get("admins", []), list[StudyAdmin])
-            event = StudyCreated(**stamp(), source=SOURCE, study=name, actor=req.actor,
-                                 name=name, sites=sites, admins=admins,
-                                 description=str(req.args.get("description", "")))
-            await svc.open_study(name)
-            await svc.bus.publish(event)
-            return study_state.apply(None, event)
-        raise NotFound(f"unknown verb {verb!r}; known: {', '.join(api.FED_VERBS)}")
+        match envelope.request:
+            case api.FederationShow():
+                return api.FederationResult(federation=svc.federation_info())
+            case api.SiteList():
+                return api.SitesResult(sites=svc.site_infos(None))
+            case api.StudyList():
+                return api.StudiesResult(studies=self.studies_of(envelope.actor))
+            case api.StudyCreate() as req:
+                return api.StudyResult(study=await self._create_study(envelope.actor, req))
+            case other:
+                raise NotFound(f"{api.verb_of(other)!r} is not a federation verb")
 
-    # -- study verbs ------------------------------------------------------------------
-
-    async def study(self, study_name: str, verb: str, req: api.Request) -> Any:
+    async def _study(self, study_name: str, envelope: api.Envelope) -> api.Result:
         svc = self.svc
         view = svc.views.get(study_name)
         study = view.study if view else None
         if view is None or study is None:
             raise NotFound(f"study {study_name} not found")
-        role, org = self.role_of(req.actor, study)
-        if verb == "show":
-            return study
-        if verb == "sites":
-            return svc.site_infos(study)
-        if verb == "site":
-            name = check_name(_arg(req.args, "site"), "site")
-            if name not in study.sites:
-                raise NotFound(f"site {name} not found in study {study_name}")
-            return svc.site_infos(study, only=name)[0]
-        if verb == "jobs":
-            state = req.args.get("state")
-            jobs = sorted(view.jobs.values(), key=lambda j: j.submitted_at)
-            return [j for j in jobs if state is None or j.state == state]
-        if verb == "job":
-            return self._job(study_name, req)
-        if verb == "submit":
-            if not allowed(role, "submit"):
-                raise PermissionDenied(f"{req.actor} ({role}) may not submit jobs")
-            return await self._submit(study, req)
-        if verb == "cancel":
-            job = self._job(study_name, req)
-            own = job.actor == req.actor
-            same_org = bool(org) and self.org_of(job.actor) == org
-            if not allowed(role, "cancel", own=own, same_org=same_org):
-                raise PermissionDenied(f"{req.actor} ({role}) may not cancel {job.job}")
-            if job.terminal:
-                return {"job": job.job, "state": job.state}
-            seq = await svc.bus.publish(JobCancelRequested(
-                id=f"{job.job}.cancel-requested", at=stamp()["at"], source=SOURCE,
-                study=study_name, actor=req.actor, job=job.job))
-            await svc.wait_applied(study_name, seq)
-            return {"job": job.job, "state": "cancelling"}
-        if verb in ("add-site", "remove-site", "add-admin", "remove-admin"):
-            return await self._manage(study, verb, role, org, req)
-        raise NotFound(f"unknown verb {verb!r}; known: {', '.join(api.STUDY_VERBS)}")
+        actor = envelope.actor
+        role, org = self.role_of(actor, study)
+        match envelope.request:
+            case api.StudyShow():
+                return api.StudyResult(study=study)
+            case api.StudySites():
+                return api.SitesResult(sites=svc.site_infos(study))
+            case api.StudySite(site=site):
+                name = check_name(site, "site")
+                if name not in study.sites:
+                    raise NotFound(f"site {name} not found in study {study_name}", field="site")
+                return api.SiteResult(site=svc.site_infos(study, only=name)[0])
+            case api.JobList(state=state):
+                jobs = sorted(view.jobs.values(), key=lambda j: j.submitted_at)
+                return api.JobsResult(jobs=[j for j in jobs if state is None or j.state == state])
+            case api.JobShow(job=job_id):
+                return api.JobResult(job=self._job(study_name, job_id))
+            case api.Submit(spec=spec):
+                if not allowed(role, Action.SUBMIT):
+                    raise PermissionDenied(f"{actor} ({role}) may not submit jobs")
+                return api.Submitted(job=await self._submit(study, actor, spec))
+            case api.JobCancel(job=job_id):
+                return await self._cancel(study_name, actor, role, org, job_id)
+            case api.StudyAddSite(site=site):
+                site = self._fed_site(site)
+                self._may_manage(actor, role, org, svc.fed_sites[site], site)
+                if site in study.sites:
+                    raise Conflict(f"site {site} is already in study {study.name}")
+                return await self._change(study, StudySiteAdded(
+                    **self._base(study, actor), site=site))
+            case api.StudyRemoveSite(site=site):
+                site = self._fed_site(site)
+                self._may_manage(actor, role, org, svc.fed_sites[site], site)
+                if site not in study.sites:
+                    raise NotFound(f"site {site} is not in study {study.name}", field="site")
+                return await self._change(study, StudySiteRemoved(
+                    **self._base(study, actor), site=site))
+            case api.StudyAddAdmin(name=name, org=admin_org, role=admin_role):
+                admin = StudyAdmin(name=name, org=admin_org, role=_admin_role(admin_role))
+                self._may_manage(actor, role, org, admin.org, admin.name)
+                return await self._change(study, StudyAdminAdded(
+                    **self._base(study, actor), admin=admin))
+            case api.StudyRemoveAdmin(name=name):
+                target = study.admins.get(name)
+                if target is None:
+                    raise NotFound(f"{name} is not an admin of study {study.name}", field="name")
+                self._may_manage(actor, role, org, target.org, name)
+                return await self._change(study, StudyAdminRemoved(
+                    **self._base(study, actor), name=name))
+            case other:
+                raise NotFound(f"{api.verb_of(other)!r} is not a study verb")
 
-    def _job(self, study_name: str, req: api.Request) -> JobState:
-        job_id = _arg(req.args, "job")
+    # -- verbs ------------------------------------------------------------------------
+
+    async def _create_study(self, actor: str | None, req: api.StudyCreate) -> StudyState:
+        svc = self.svc
+        role, _ = self.role_of(actor, None)
+        if not allowed(role, Action.CREATE_STUDY):
+            raise PermissionDenied(f"{actor} may not create studies")
+        name = check_name(req.name, "study")
+        if name in svc.views and svc.views[name].study is not None:
+            raise Conflict(f"study {name} already exists", field="name")
+        sites = [check_name(s, "site") for s in req.sites]
+        unknown = [s for s in sites if s not in svc.fed_sites]
+        if unknown:
+            raise InvalidInput(f"not sites of this federation: {', '.join(unknown)}",
+                               field="sites")
+        admins = [StudyAdmin(name=a.name, org=a.org, role=_admin_role(a.role))
+                  for a in req.admins]
+        event = StudyCreated(**stamp(), source=self.source, study=name, actor=actor,
+                             name=name, sites=sites, admins=admins, description=req.description)
+        await svc.open_study(name)
+        await svc.bus.publish(event)
+        created = study_state.apply(None, event)
+        assert created is not None
+        return created
+
+    def _job(self, study_name: str, job_id: str) -> JobState:
         # A job of another study is simply not here: study isolation.
-        job = self.svc.views[study_name].jobs.get(job_id) if isinstance(job_id, str) else None
+        job = self.svc.views[study_name].jobs.get(job_id)
         if job is None:
             raise NotFound(f"job {job_id} not found in study {study_name}", field="job")
         return job
 
-    async def _submit(self, study: StudyState, req: api.Request) -> Any:
-        try:
-            request = msgspec.convert(_arg(req.args, "spec"), JobRequest)
-        except msgspec.ValidationError as exc:
-            raise InvalidInput(f"bad job request: {exc}", field="spec") from None
-        check_name(request.name, "job name")
-        if not request.roles:
+    async def _submit(self, study: StudyState, actor: str | None, spec: api.JobRequest) -> str:
+        check_name(spec.name, "job name")
+        if not spec.roles:
             raise InvalidInput("a job needs at least one role", field="roles")
-        for role in request.roles:
+        for role in spec.roles:
             check_name(role.name, "role")
             for site in role.sites or []:
                 check_name(site, "site")
@@ -184,49 +212,63 @@ class Requests:
                                    f"which is not in study {study.name}",
                                    field=f"roles.{role.name}")
         job_id = new_job_id()
-        event = JobSubmitted(**stamp(), source=SOURCE, study=study.name, actor=req.actor,
-                             job=job_id, **msgspec.structs.asdict(request))
+        fields = {name: getattr(spec, name) for name in spec.__struct_fields__}
+        event = JobSubmitted(**stamp(), source=self.source, study=study.name, actor=actor,
+                             job=job_id, **fields)
         seq = await self.svc.bus.publish(event)
         await self.svc.wait_applied(study.name, seq)
-        return {"job": job_id}
+        return job_id
 
-    async def _manage(self, study: StudyState, verb: str, role: str, org: str,
-                      req: api.Request) -> Any:
-        svc = self.svc
-        base = _Envelope(**stamp(), source=SOURCE, study=study.name, actor=req.actor)
-        event: Any
-        if verb in ("add-site", "remove-site"):
-            site = check_name(_arg(req.args, "site"), "site")
-            if site not in svc.fed_sites:
-                raise NotFound(f"site {site} is not a site of this federation", field="site")
-            if not allowed(role, "manage-study", same_org=svc.fed_sites[site] == org):
-                raise PermissionDenied(f"{req.actor} ({role}) may not change {site}")
-            if verb == "add-site":
-                if site in study.sites:
-                    raise Conflict(f"site {site} is already in study {study.name}")
-                event = StudySiteAdded(**base, site=site)
-            else:
-                if site not in study.sites:
-                    raise NotFound(f"site {site} is not in study {study.name}")
-                event = StudySiteRemoved(**base, site=site)
-        elif verb == "add-admin":
-            try:
-                admin = msgspec.convert({"name": _arg(req.args, "name"),
-                                         "org": _arg(req.args, "org"),
-                                         "role": req.args.get("role", "member")}, StudyAdmin)
-            except msgspec.ValidationError as exc:
-                raise InvalidInput(f"bad admin: {exc}", field="role") from None
-            if not allowed(role, "manage-study", same_org=admin.org == org):
-                raise PermissionDenied(f"{req.actor} ({role}) may not add {admin.name}")
-            event = StudyAdminAdded(**base, admin=admin)
-        else:
-            name = str(_arg(req.args, "name"))
-            target = study.admins.get(name)
-            if target is None:
-                raise NotFound(f"{name} is not an admin of study {study.name}")
-            if not allowed(role, "manage-study", same_org=target.org == org):
-                raise PermissionDenied(f"{req.actor} ({role}) may not remove {name}")
-            event = StudyAdminRemoved(**base, name=name)
-        seq = await svc.bus.publish(event)
-        await svc.wait_applied(study.name, seq)
-        return study_state.apply(study, event)
+    async def _cancel(self, study_name: str, actor: str | None, role: str, org: str,
+                      job_id: str) -> api.CancelAccepted:
+        job = self._job(study_name, job_id)
+        own = job.actor == actor
+        same_org = bool(org) and self.org_of(job.actor) == org
+        if not allowed(role, Action.CANCEL, own=own, same_org=same_org):
+            raise PermissionDenied(f"{actor} ({role}) may not cancel {job.job}")
+        if job.terminal:
+            return api.CancelAccepted(job=job.job, state=job.state)
+        seq = await self.svc.bus.publish(JobCancelRequested(
+            id=f"{job.job}.cancel-requested", at=stamp()["at"], source=self.source,
+            study=study_name, actor=actor, job=job.job))
+        await self.svc.wait_applied(study_name, seq)
+        return api.CancelAccepted(job=job.job, state="cancelling")
+
+    # -- study changes ----------------------------------------------------------------
+
+    def _fed_site(self, site: str) -> str:
+        name = check_name(site, "site")
+        if name not in self.svc.fed_sites:
+            raise NotFound(f"site {name} is not a site of this federation", field="site")
+        return name
+
+    def _may_manage(self, actor: str | None, role: str, org: str, target_org: str,
+                    target: str) -> None:
+        if not allowed(role, Action.MANAGE_STUDY, same_org=target_org == org):
+            raise PermissionDenied(f"{actor} ({role}) may not change {target}")
+
+    def _base(self, study: StudyState, actor: str | None) -> _Base:
+        return _Base(**stamp(), source=self.source, study=study.name, actor=actor)
+
+    async def _change(self, study: StudyState, event: Event) -> api.StudyResult:
+        seq = await self.svc.bus.publish(event)
+        await self.svc.wait_applied(study.name, seq)
+        changed = study_state.apply(study, event)
+        assert changed is not None
+        return api.StudyResult(study=changed)
+
+
+class _Base(TypedDict):
+    id: str
+    at: datetime
+    source: str
+    study: str
+    actor: str | None
+
+
+def _admin_role(role: str) -> Role:
+    """An admin role as the events hold it; anything else is refused, naming the field."""
+    if role not in get_args(Role):
+        raise InvalidInput(f"unknown admin role {role!r}: use {', '.join(get_args(Role))}",
+                           field="role")
+    return cast(Role, role)

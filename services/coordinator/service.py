@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 import msgspec
 
 from cairn import api, subjects
-from cairn.bus import Delivery, kv, replay
+from cairn.bus import Bus, Delivery, kv, replay
 from cairn.coordinator.decide import Context, SiteStatus, decide_job, site_status
 from cairn.coordinator.requests import Requests
-from cairn.errors import CairnError, InvalidInput
+from cairn.errors import CairnError
 from cairn.events import (
     FEDERATION_DECODER,
     HEARTBEAT_DECODER,
@@ -32,20 +32,19 @@ from cairn.events import (
     now,
 )
 from cairn.names import is_name
-from cairn.runtime.service import Runtime
+from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.state import view as study_view
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView
 
 log = logging.getLogger("cairn.coordinator")
-SOURCE = "coordinator@hub"
 
 
 class CoordinatorService:
     name: ClassVar[str] = "coordinator"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         opts = config.options
         self.stale_s = float(opts.get("site_stale_s", max(3.0, 3 * config.heartbeat_s)))
@@ -65,7 +64,7 @@ class CoordinatorService:
         self.rt: Runtime | None = None
 
     @property
-    def bus(self) -> Any:
+    def bus(self) -> Bus:
         assert self.rt is not None
         return self.rt.bus
 
@@ -82,15 +81,18 @@ class CoordinatorService:
         self.rt = rt
         await self._load_federation()
         await self._seed()
-        for stream in await rt.bus.stream_names("STUDY_"):
-            await self.open_study(stream.removeprefix("STUDY_"))
+        for stream in await rt.bus.stream_names(subjects.STUDY_STREAM_PREFIX):
+            study = subjects.study_of_stream(stream)
+            if study is not None:
+                await self.open_study(study)
         await rt.consume(stream=subjects.FEDERATION_STREAM.name, durable="coordinator-fed",
                          filters=[f"{subjects.ROOT}.fed.>"],
                          decoder=FEDERATION_DECODER, handler=self._on_federation)
         await self._load_heartbeats()
         await rt.subscribe_core(subjects.heartbeat_all(), self._on_heartbeat)
-        await rt.serve(subjects.api_fed_all(), self._serve_fed)
-        await rt.serve(subjects.api_study_all(), self._serve_study)
+        requests = Requests(self)
+        await rt.serve_api(subjects.api_fed_all(), requests.handle)
+        await rt.serve_api(subjects.api_study_all(), requests.handle)
         rt.spawn(self._ticker(), "coordinator-tick")
         self._ready = True
         log.info("coordinator ready: federation %s, hub %s, %d studies, %d jobs",
@@ -121,7 +123,7 @@ class CoordinatorService:
         admins = [msgspec.convert({"name": a.name, "org": a.org, "role": str(a.role)}, StudyAdmin)
                   for a in fed.admins]
         seeded = FederationSeeded(
-            id=f"federation.{fed.federation}.seeded", at=now(), source=SOURCE,
+            id=f"federation.{fed.federation}.seeded", at=now(), source=f"coordinator@{fed.hub}",
             federation=fed.federation, hub=fed.hub,
             sites=[FederationSite(name=s.name, org=s.org) for s in fed.sites], admins=admins)
         await self.bus.publish(seeded)
@@ -137,8 +139,8 @@ class CoordinatorService:
             if self.views[name].study is not None:
                 continue
             await self.bus.publish(StudyCreated(
-                id=f"study.{name}.created", at=now(), source=SOURCE, study=name, name=name,
-                sites=sites, admins=members))
+                id=f"study.{name}.created", at=now(), source=f"coordinator@{self.hub}",
+                study=name, name=name, sites=sites, admins=members))
         log.info("seeded federation %s from %s", fed.federation, self.config.federation)
 
     async def open_study(self, study: str) -> None:
@@ -244,23 +246,6 @@ class CoordinatorService:
                             await self._decide(study, job.job, ctx)
 
     # -- requests -----------------------------------------------------------------------
-
-    async def _serve_fed(self, msg: Any) -> bytes:
-        verb = msg.subject.rsplit(".", 1)[1]
-        return await self._answer(msg, lambda req: Requests(self).fed(verb, req))
-
-    async def _serve_study(self, msg: Any) -> bytes:
-        parts = msg.subject.split(".")
-        study, verb = parts[3], parts[4]
-        return await self._answer(msg, lambda req: Requests(self).study(study, verb, req))
-
-    async def _answer(self, msg: Any, call: Any) -> bytes:
-        try:
-            req = api.REQUEST_DECODER.decode(msg.data) if msg.data else api.Request()
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidInput(f"malformed request: {exc}") from None
-        result = await call(req)
-        return api.REQUEST_ENCODER.encode(api.Reply(ok=True, result=result))
 
     async def stop(self) -> None:
         self._ready = False

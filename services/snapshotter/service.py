@@ -25,15 +25,14 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
-import msgspec
-
-from cairn import subjects
-from cairn.errors import CairnError, InvalidInput
+from cairn import api, subjects
+from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
 from cairn.runtime.service import Runtime
 from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
 from cairn.snapshot.remote import INLINE_MAX_BYTES, latest_record, record, snapshot_of
 from cairn.snapshotter.nodejobs import collect_nodes, expected_nodes
+from cairn.subjects import ApiAddress
 
 log = logging.getLogger("cairn.snapshotter")
 
@@ -86,7 +85,7 @@ class SnapshotterService:
         self.rt = rt
         rt.site = self.site
         self.previous = await self._previous()
-        await rt.serve(subjects.site_snapshot_request(self.site), self._on_request)
+        await rt.serve_api(subjects.site_snapshot_request(self.site), self._on_request)
         # The first snapshot is taken in the background: a slow collector must not hold up
         # the agent and launcher that share this process.
         rt.spawn(self._schedule(), "snapshotter-schedule")
@@ -117,9 +116,13 @@ class SnapshotterService:
             reason = "schedule"
             await asyncio.sleep(max(1.0, self.interval))
 
-    async def _on_request(self, msg: Any) -> bytes:
-        _, event = await self.take("request")
-        return msgspec.json.encode({"ok": True, "result": msgspec.to_builtins(event)})
+    async def _on_request(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
+        match envelope.request:
+            case api.SnapshotNow():
+                _, event = await self.take("request")
+                return api.SnapshotTaken(recorded=event)
+            case other:
+                raise NotFound(f"the snapshotter does not serve {api.verb_of(other)!r}")
 
     async def take(self, reason: str) -> tuple[Snapshot, SnapshotRecorded]:
         """Collect, publish, and publish drift against the previous snapshot."""

@@ -22,19 +22,17 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-import msgspec
-
-from cairn import subjects
-from cairn.api import REQUEST_DECODER
+from cairn import api, subjects
 from cairn.bus import replay
 from cairn.client import Client
-from cairn.errors import InvalidInput, Unavailable
+from cairn.errors import NotFound, Unavailable
 from cairn.events import FEDERATION_DECODER, ValidationCompleted, ValidationStarted, now
 from cairn.names import check_name, new_ulid
 from cairn.recipes import Catalog, load_catalog, resolve
 from cairn.runtime.seed import project_admin
 from cairn.runtime.service import Runtime
 from cairn.spec.runtime import VALIDATION_STUDY
+from cairn.subjects import ApiAddress
 from cairn.validator.checkjobs import CheckJobs
 from cairn.validator.run import ValidationRun
 
@@ -72,7 +70,7 @@ class ValidatorService:
         self.rt = rt
         await rt.bus.ensure_federation()
         await self._close_orphans()
-        await rt.serve(subjects.api_validation("run"), self._on_run, queue="validator")
+        await rt.serve_api(subjects.api_validation("run"), self._on_run, queue="validator")
         self._ready = True
 
     async def _close_orphans(self) -> None:
@@ -117,14 +115,15 @@ class ValidatorService:
         raise Unavailable("the validator has no actor: start it with -O actor=NAME (a project "
                           "admin) or let the coordinator seed the federation first")
 
-    async def _on_run(self, msg: Any) -> bytes:
+    async def _on_run(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
         assert self.rt is not None
-        try:
-            req = REQUEST_DECODER.decode(msg.data or b"{}")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidInput(f"malformed validation request: {exc}") from None
-        site = check_name(req.args.get("site"), "site")
-        recipe = resolve(self.catalog, check_name(req.args.get("recipe"), "recipe"))
+        match envelope.request:
+            case api.ValidationRun() as req:
+                pass
+            case other:
+                raise NotFound(f"the validator does not serve {api.verb_of(other)!r}")
+        site = check_name(req.site, "site")
+        recipe = resolve(self.catalog, check_name(req.recipe, "recipe"))
         actor = await self._own_actor()
         client = Client(self.rt.bus, study=VALIDATION_STUDY, actor=actor)
         info = await client.site(site)  # NotFound when the site is not in `validation`
@@ -134,11 +133,10 @@ class ValidatorService:
         gpus = info.capacity.gpus if info.capacity is not None else 0
         jobs = CheckJobs(client, self.catalog, site=site, site_gpus=gpus, run=run_id)
         run = ValidationRun(self.rt.bus, jobs, recipe, site=site, run=run_id,
-                            actor=req.actor, fresh=bool(req.args.get("fresh", True)),
+                            actor=envelope.actor, fresh=req.fresh,
                             source=self.source)
         self.runs[run_id] = self.rt.spawn(self._serialised(site, run), f"validation:{run_id}")
-        return msgspec.json.encode({"ok": True, "result": {
-            "run": run_id, "site": site, "recipe": recipe.name, "actor": actor}})
+        return api.ValidationAccepted(run=run_id, site=site, recipe=recipe.name, actor=actor)
 
     async def _serialised(self, site: str, run: ValidationRun) -> None:
         async with self.locks.setdefault(site, asyncio.Lock()):

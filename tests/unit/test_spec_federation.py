@@ -129,7 +129,12 @@ TABLE = [
     (L, Action.CANCEL, OTHER, False),
     (L, Action.MANAGE_STUDY, ORG, False),
     (L, Action.CREATE_STUDY, OWN, False),
-    *[(M, a, c, False) for a in Action if a is not Action.VIEW for c in (OWN, ORG, OTHER)],
+    *[(M, Action.SUBMIT, c, True) for c in (OWN, ORG, OTHER)],
+    (M, Action.CANCEL, OWN, True),
+    (M, Action.CANCEL, ORG, False),
+    (M, Action.CANCEL, OTHER, False),
+    *[(M, a, c, False) for a in (Action.MANAGE_STUDY, Action.CREATE_STUDY)
+      for c in (OWN, ORG, OTHER)],
 ]
 
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from cairn.errors import InvalidInput, InvalidName
-from cairn.spec import JobSpec, ResourceRequest, load_job_spec, parse_job_spec
+from cairn.spec import JobSpec, Resources, load_job_spec, parse_job_spec
 
 EXAMPLE = """\
 name: fedavg-lr                 # name rule; the job id is generated
@@ -64,7 +64,7 @@ def test_the_jobspec_example_parses(base: Path) -> None:
     assert job.code == str((base / "app").resolve())
     server, client = job.roles["server"], job.roles["client"]
     assert server.placement == "hub"
-    assert server.resources == ResourceRequest(gpus=0, millicpus=1000, memory_bytes=512 * 2**20)
+    assert server.resources == Resources(gpus=0, millicpus=1000, memory_bytes=512 * 2**20)
     assert client.placement == "sites" and client.sites == "all" and client.min_sites == 2
     assert client.resources.memory_bytes == 2**30
     assert job.params == {"rounds": 3, "lr": 0.1}
@@ -75,7 +75,7 @@ def test_the_jobspec_example_parses(base: Path) -> None:
 def test_defaults(base: Path) -> None:
     job = spec(base, MINIMAL)
     role = job.roles["client"]
-    assert role.resources == ResourceRequest(gpus=0, millicpus=1000, memory_bytes=512 * 2**20)
+    assert role.resources == Resources(gpus=0, millicpus=1000, memory_bytes=512 * 2**20)
     assert (role.placement, role.sites, role.min_sites) == ("sites", "all", None)
     assert (job.study, job.image, job.timeout_s, job.requires) == (None, None, 3600, None)
     assert role.argv == ["python", "main.py"]

@@ -10,7 +10,7 @@ import pytest
 from cairn.errors import InvalidInput, InvalidName
 from cairn.spec import (
     Cause,
-    ResourceRequest,
+    Resources,
     StudyRuntime,
     StudyUsage,
     check_deployment,
@@ -193,7 +193,7 @@ def test_no_image_and_no_default_runs_the_sites_own_way() -> None:
 
 
 def decide(
-    request: ResourceRequest,
+    request: Resources,
     image: str | None = None,
     usage: StudyUsage | None = None,
     study: str = "lung-cancer",
@@ -204,7 +204,7 @@ def decide(
     return d.cause, d.message
 
 
-SMALL = ResourceRequest(gpus=1, millicpus=2000, memory_bytes=8 * GI)
+SMALL = Resources(gpus=1, millicpus=2000, memory_bytes=8 * GI)
 
 
 def test_a_fitting_request_is_accepted() -> None:
@@ -224,14 +224,14 @@ def test_an_unapproved_image_is_refused() -> None:
 
 
 def test_a_request_alone_over_the_limit() -> None:
-    cause, message = decide(ResourceRequest(gpus=5, millicpus=1000, memory_bytes=GI))
+    cause, message = decide(Resources(gpus=5, millicpus=1000, memory_bytes=GI))
     assert cause is Cause.OVER_STUDY_LIMIT
     assert "asks for 5 gpus" in message and "limit of 4" in message
 
 
 def test_a_request_plus_usage_over_the_limit() -> None:
     usage = StudyUsage(
-        resources=ResourceRequest(gpus=0, millicpus=1000, memory_bytes=60 * GI),
+        resources=Resources(gpus=0, millicpus=1000, memory_bytes=60 * GI),
         jobs=frozenset({"j-0"}),
     )
     cause, message = decide(SMALL, usage=usage)

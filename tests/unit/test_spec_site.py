@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import InvalidInput, InvalidName
-from cairn.spec import ResourceRequest, SiteConfig, discover_inventory, load_site_config
+from cairn.spec import Resources, SiteConfig, discover_inventory, load_site_config
 from cairn.spec.site import parse_site_config
 
 EXAMPLE = """\
@@ -21,7 +21,7 @@ workdir: /var/lib/cairn/site-a
 runtime: local/study_runtime.yaml
 """
 
-FOUND = ResourceRequest(gpus=0, millicpus=16000, memory_bytes=64 * 2**30)
+FOUND = Resources(gpus=0, millicpus=16000, memory_bytes=64 * 2**30)
 
 
 def site(text: str, base: Path = Path("/etc/cairn")) -> SiteConfig:
@@ -40,7 +40,7 @@ def test_the_jobspec_example_parses(tmp_path: Path) -> None:
     assert (config.site, config.backend) == ("site-a", "process")
     assert config.federation == "nats://hub.example:4222"
     assert config.worker_nats_url == "nats://127.0.0.1:4222"
-    assert config.inventory == ResourceRequest(gpus=0, millicpus=2000, memory_bytes=8 * 2**30)
+    assert config.inventory == Resources(gpus=0, millicpus=2000, memory_bytes=8 * 2**30)
     assert config.workdir == "/var/lib/cairn/site-a"
     assert config.runtime == str((tmp_path / "local/study_runtime.yaml").resolve())
 
@@ -49,7 +49,7 @@ def test_omitted_inventory_is_discovered_field_by_field() -> None:
     config = site(
         EXAMPLE.replace("inventory: {gpus: 0, cpus: 2, memory: 8Gi}", "inventory: {cpus: 3}")
     )
-    assert config.inventory == ResourceRequest(
+    assert config.inventory == Resources(
         gpus=0, millicpus=3000, memory_bytes=FOUND.memory_bytes
     )
     whole = site(EXAMPLE.replace("inventory: {gpus: 0, cpus: 2, memory: 8Gi}\n", ""))

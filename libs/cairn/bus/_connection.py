@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-import msgspec
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -18,7 +17,7 @@ from nats.errors import ConnectionClosedError, NoRespondersError, NoServersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
-from cairn import subjects, telemetry
+from cairn import api, subjects, telemetry
 from cairn.bus._streams import ensure_stream
 from cairn.errors import CairnError, NotFound, Timeout, Unavailable
 from cairn.events import Event, encode
@@ -247,11 +246,10 @@ class Bus:
                 with telemetry.consumer_span(msg.subject, msg.headers, consumer=subject):
                     reply = await handler(msg)
             except CairnError as exc:
-                reply = msgspec.json.encode({"ok": False, "error": exc.to_dict()})
+                reply = api.encode_error(exc)
             except Exception as exc:
                 log.exception("request handler for %s failed", subject)
-                reply = msgspec.json.encode({"ok": False, "error": {
-                    "code": "error", "message": f"internal error: {exc}"}})
+                reply = api.encode_error(CairnError(f"internal error: {exc}"))
             if msg.reply:
                 try:
                     await msg.respond(reply)

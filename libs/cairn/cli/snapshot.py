@@ -22,11 +22,10 @@ def ask_site(site: str, timeout: float = 30.0) -> Snapshot:
     """
     from cairn.cli.session import run
     from cairn.client import Client
-    from cairn.snapshot.remote import ask
 
     async def body() -> Snapshot:
         async with await Client.connect(request_timeout=timeout) as client:
-            return await ask(client.bus, site, timeout)
+            return await client.snapshot(site, timeout=timeout)
 
     return run(body())
 

@@ -1,10 +1,10 @@
 """The stable Python client: what the CLI, `cairn demo` and other programs use.
 
-Every verb is one request to the coordinator (`cairn.api`): a `Request{actor, args}` on
-`cairn.api.fed.<verb>` or `cairn.api.study.<study>.<verb>`, answered by a `Reply`. A reply that
-is not ok is raised as the typed error it names (`cairn.errors.from_dict`), so a caller sees
-`NotFound`, `PermissionDenied`, ... exactly as the coordinator decided. Results are decoded
-into the same Structs the services fold (`JobState`, `StudyState`, `SiteInfo`).
+Every verb is one typed request (`cairn.api`) in an `Envelope` on `cairn.api.fed.<verb>` or
+`cairn.api.study.<study>.<verb>`, answered by a `Reply`. A reply that is not ok is raised as
+the typed error it names, so a caller sees `NotFound`, `PermissionDenied`, ... exactly as the
+coordinator decided. Results are the same Structs the services fold (`JobState`, `StudyState`,
+`SiteInfo`).
 
     async with await Client.connect(study="lung") as c:
         job_id = await c.submit("job.yaml")
@@ -19,22 +19,22 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import msgspec
-
+from cairn import api, subjects
 from cairn import codebundle as bundle
-from cairn import subjects
-from cairn.api import REPLY_DECODER, REQUEST_ENCODER, FederationInfo, Reply, Request, SiteInfo
+from cairn.api import FederationInfo, SiteInfo
 from cairn.bus import Bus, objects, replay
 from cairn.client import deadletters
 from cairn.client.deadletters import DeadLetter, delete_message, get_message
 from cairn.client.jobrequest import JobRequest, request_of_spec, request_of_submitted
 from cairn.client.logs import LogChunk, worker_logs
+from cairn.client.payload import check_fits
 from cairn.client.timeline import TimelineEntry, entry
-from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable, from_dict
+from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable
 from cairn.events import STUDY_DECODER, StudyAdmin
 from cairn.names import check_name
 from cairn.runtime import context as context_file
@@ -43,7 +43,11 @@ from cairn.state.job import JobState
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView, fold
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from cairn.client.validation import ValidationResult
+    from cairn.snapshot.model import Snapshot
+
+R = TypeVar("R", bound=api.Result)
 
 __all__ = ["Client", "DeadLetter", "JobRequest", "LogChunk", "delete_message", "get_message"]
 
@@ -59,7 +63,7 @@ class Client:
         actor: str | None = None,
         request_timeout: float = 10.0,
     ) -> None:
-        self.bus = bus
+        self._bus = bus
         self._study = study
         self.actor = actor
         self.timeout = request_timeout
@@ -110,7 +114,7 @@ class Client:
         )
 
     async def close(self) -> None:
-        await self.bus.close()
+        await self._bus.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -132,30 +136,31 @@ class Client:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def call(self, subject: str, args: dict[str, Any] | None = None) -> Any:
-        """Send one request; return the reply's result or raise its typed error."""
-        payload = REQUEST_ENCODER.encode(Request(actor=self.actor, args=args or {}))
-        data = await self.bus.request(subject, payload, timeout=self.timeout)
-        try:
-            reply: Reply = REPLY_DECODER.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidInput(f"the answer on {subject} is not a reply: {exc}") from None
-        if not reply.ok:
-            raise from_dict(reply.error or {"message": "request failed (no error given)"})
-        return reply.result
+    async def call(self, subject: str, request: api.Request, *, study: str | None = None
+                   ) -> api.Result:
+        """Send one typed request; return the reply's result or raise its typed error."""
+        envelope = api.Envelope(request=request, actor=self.actor, study=study)
+        payload = api.encode_envelope(self._sign(envelope))
+        data = await self._bus.request(subject, payload, timeout=self.timeout)
+        return api.decode_reply(data, subject=subject)
 
-    async def call_fed(self, verb: str, args: dict[str, Any] | None = None) -> Any:
-        return await self.call(subjects.api_fed(verb), args)
+    def _sign(self, envelope: api.Envelope) -> api.Envelope:
+        """The envelope as sent (request signing hooks in here)."""
+        return envelope
 
-    async def call_study(
-        self, verb: str, args: dict[str, Any] | None = None, *, study: str | None = None
-    ) -> Any:
-        return await self.call(subjects.api_study(study or self.study, verb), args)
+    async def call_fed(self, request: api.Request) -> api.Result:
+        return await self.call(subjects.api_fed(api.verb_of(request)), request)
+
+    async def call_study(self, request: api.Request, *, study: str | None = None
+                         ) -> api.Result:
+        name = study or self.study
+        return await self.call(subjects.api_study(name, api.verb_of(request)), request,
+                               study=name)
 
     # -- federation and studies -----------------------------------------------------------
 
     async def federation(self) -> FederationInfo:
-        return _as(FederationInfo, await self.call_fed("federation"))
+        return _expect(await self.call_fed(api.FederationShow()), api.FederationResult).federation
 
     async def study_create(
         self, name: str, sites: list[str], admins: list[StudyAdmin], description: str = ""
@@ -164,35 +169,30 @@ class Client:
         check_name(name, "study")
         for site in sites:
             check_name(site, "site")
-        result = await self.call_fed(
-            "study-create",
-            {
-                "name": name,
-                "sites": list(sites),
-                "description": description,
-                "admins": msgspec.to_builtins(list(admins)),
-            },
-        )
-        return _as(StudyState, result)
+        request = api.StudyCreate(name=name, sites=list(sites), admins=list(admins),
+                                  description=description)
+        return _expect(await self.call_fed(request), api.StudyResult).study
 
     async def study_list(self) -> list[StudyState]:
-        return _as(list[StudyState], await self.call_fed("study-list"))
+        return _expect(await self.call_fed(api.StudyList()), api.StudiesResult).studies
 
     async def study_show(self) -> StudyState:
-        return _as(StudyState, await self.call_study("show"))
+        return await self._study_change(api.StudyShow())
 
     async def study_add_site(self, site: str) -> StudyState:
-        return _as(StudyState, await self.call_study("add-site", {"site": site}))
+        return await self._study_change(api.StudyAddSite(site=site))
 
     async def study_remove_site(self, site: str) -> StudyState:
-        return _as(StudyState, await self.call_study("remove-site", {"site": site}))
+        return await self._study_change(api.StudyRemoveSite(site=site))
 
     async def study_add_admin(self, name: str, org: str, role: str) -> StudyState:
-        args = {"name": name, "org": org, "role": role}
-        return _as(StudyState, await self.call_study("add-admin", args))
+        return await self._study_change(api.StudyAddAdmin(name=name, org=org, role=role))
 
     async def study_remove_admin(self, name: str) -> StudyState:
-        return _as(StudyState, await self.call_study("remove-admin", {"name": name}))
+        return await self._study_change(api.StudyRemoveAdmin(name=name))
+
+    async def _study_change(self, request: api.Request) -> StudyState:
+        return _expect(await self.call_study(request), api.StudyResult).study
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -202,43 +202,47 @@ class Client:
         The spec's `study:` wins over the session's study.
 
         Raises:
-            InvalidInput: the spec is wrong (naming file, line and field).
+            InvalidInput: the spec is wrong (naming file, line and field), or it would not
+                fit in one bus message.
         """
         spec = load_job_spec(spec_path)
         study = spec.study or self.study
         packed = bundle.pack(spec.code)
-        digest = await self.upload(packed.data, study=study)
-        return await self.submit_request(request_of_spec(spec, digest), study=study)
+        request = request_of_spec(spec, packed.digest)
+        # Refuse a spec the bus cannot carry before the bundle is uploaded or anything sent.
+        size = len(api.encode_envelope(self._sign(api.Envelope(
+            request=api.Submit(spec=request), actor=self.actor, study=study))))
+        check_fits(size, self._bus.max_payload, subjects.api_study(study, "submit"),
+                   file=str(spec_path))
+        await self.upload(packed.data, study=study)
+        return await self.submit_request(request, study=study)
 
     async def upload(self, data: bytes, *, study: str | None = None) -> str:
         """Store bytes in the study's artifacts, content-addressed; returns the sha256."""
-        store = await objects(self.bus, subjects.obj_artifacts(study or self.study))
+        store = await objects(self._bus, subjects.obj_artifacts(study or self.study))
         return await store.put(data)
 
     async def submit_request(self, request: JobRequest, *, study: str | None = None) -> str:
-        result = await self.call_study(
-            "submit", {"spec": msgspec.to_builtins(request)}, study=study
-        )
-        return _job_id(result)
+        result = await self.call_study(api.Submit(spec=request), study=study)
+        return _expect(result, api.Submitted).job
 
     async def jobs(self, state: str | None = None) -> list[JobState]:
-        return _as(list[JobState], await self.call_study("jobs", {"state": state} if state else {}))
+        return _expect(await self.call_study(api.JobList(state=state)), api.JobsResult).jobs
 
     async def job(self, job_id: str) -> JobState:
-        return _as(JobState, await self.call_study("job", {"job": job_id}))
+        return _expect(await self.call_study(api.JobShow(job=job_id)), api.JobResult).job
 
     async def cancel(self, job_id: str, reason: str = "cancelled") -> JobState:
-        result = await self.call_study("cancel", {"job": job_id, "reason": reason})
-        # A coordinator may answer with the job or just acknowledge: either way, show the job.
-        if isinstance(result, dict) and "spec" in result:
-            return _as(JobState, result)
+        """Ask for the job to be cancelled; returns the job as it stands after the ask."""
+        _expect(await self.call_study(api.JobCancel(job=job_id, reason=reason)),
+                api.CancelAccepted)
         return await self.job(job_id)
 
     async def fetch(self, job_id: str, dest: str | Path) -> list[Path]:
         """Download the job's result files and values into `dest`; returns the paths."""
         from cairn.client.results import fetch_results
 
-        return await fetch_results(self.bus, await self.job(job_id), dest)
+        return await fetch_results(self._bus, await self.job(job_id), dest)
 
     async def rerun(self, job_id: str) -> str:
         """Submit a recorded job again: same request, same code bundle, `rerun_of` set."""
@@ -302,7 +306,7 @@ class Client:
         does not answer yields one chunk with `error` set instead of failing the whole read.
         """
         async for chunk in worker_logs(
-            self.bus,
+            self._bus,
             lambda: self.job(job_id),
             site=site,
             follow=follow,
@@ -318,16 +322,38 @@ class Client:
     async def sites(self) -> list[SiteInfo]:
         """The study's sites when the session has a study, else every site of the federation."""
         if self._study:
-            return _as(list[SiteInfo], await self.call_study("sites"))
-        return _as(list[SiteInfo], await self.call_fed("site-list"))
+            return _expect(await self.call_study(api.StudySites()), api.SitesResult).sites
+        return _expect(await self.call_fed(api.SiteList()), api.SitesResult).sites
 
     async def site(self, name: str) -> SiteInfo:
         if self._study:
-            return _as(SiteInfo, await self.call_study("site", {"site": name}))
+            return _expect(await self.call_study(api.StudySite(site=name)), api.SiteResult).site
         for info in await self.sites():
             if info.name == name:
                 return info
         raise NotFound(f"site {name} is not in the federation", field="site")
+
+    # -- snapshots and validation --------------------------------------------------------
+
+    async def snapshot(self, site: str, *, timeout: float = 60.0) -> Snapshot:
+        """A fresh snapshot of `site`, taken by its snapshotter (and recorded in FEDERATION)."""
+        from cairn.snapshot.remote import ask
+
+        return await ask(self._bus, site, timeout)
+
+    async def validate(self, site: str, recipe: str, *, fresh: bool = True,
+                       timeout: float = 3600.0, out: Path | None = None) -> ValidationResult:
+        """Validate `site` against `recipe` through the validator and wait for the result;
+        with `out`, write the files an evidence bundle holds there."""
+        from cairn.client.validation import CLOCK_SKEW_S, validate
+
+        check_name(site, "site")
+        check_name(recipe, "recipe")
+        since = datetime.now(UTC) - timedelta(seconds=CLOCK_SKEW_S)
+        request = api.ValidationRun(site=site, recipe=recipe, fresh=fresh)
+        accepted = _expect(await self.call(subjects.api_validation("run"), request),
+                           api.ValidationAccepted)
+        return await validate(self._bus, accepted, since, timeout=timeout, out=out)
 
     # -- the study stream -----------------------------------------------------------------
 
@@ -344,7 +370,8 @@ class Client:
         with `follow`, new ones as they are stored (until `timeout`, if given)."""
         stream = subjects.study_stream(self.study).name
         filters = [subjects.job_all(self.study, job)] if job else []
-        backlog = [entry(r) async for r in replay(self.bus, stream, STUDY_DECODER, filters=filters)]
+        backlog = [entry(r) async for r in replay(self._bus, stream, STUDY_DECODER,
+                                                  filters=filters)]
         if tail is not None:
             backlog = backlog[-tail:] if tail > 0 else []
         last = max((e.seq for e in backlog), default=0)
@@ -356,7 +383,7 @@ class Client:
             # Repeated bounded replays from the last seen sequence: each one ends where the
             # stream ends, so nothing is missed and nothing is yielded twice.
             async for r in replay(
-                self.bus, stream, STUDY_DECODER, filters=filters, start_seq=last + 1
+                self._bus, stream, STUDY_DECODER, filters=filters, start_seq=last + 1
             ):
                 last = max(last, r.seq)
                 yield entry(r)
@@ -365,7 +392,7 @@ class Client:
         """Fold the study's stream (or one job's subjects): the state and the timeline."""
         stream = subjects.study_stream(self.study).name
         filters = [subjects.job_all(self.study, job)] if job else []
-        items = [r async for r in replay(self.bus, stream, STUDY_DECODER, filters=filters)]
+        items = [r async for r in replay(self._bus, stream, STUDY_DECODER, filters=filters)]
         view = fold(r.event for r in items if r.event is not None)
         if job is not None and job not in view.jobs:
             raise NotFound(f"job {job} has no events in {stream}")
@@ -374,27 +401,18 @@ class Client:
     # -- dead letters (federation-wide; see cairn.client.deadletters) ----------------------------
 
     async def dead_letters(self) -> list[DeadLetter]:
-        return await deadletters.list_all(self.bus)
+        return await deadletters.list_all(self._bus)
 
     async def dead_letter(self, seq: int) -> DeadLetter:
-        return await deadletters.read(self.bus, seq)
+        return await deadletters.read(self._bus, seq)
 
     async def redrive(self, seq: int) -> int:
-        return await deadletters.redrive(self.bus, seq, publish_timeout=self.timeout)
+        return await deadletters.redrive(self._bus, seq, publish_timeout=self.timeout)
 
 
-def _as(type_: type[T], value: Any) -> T:
-    """Decode a reply's result into `type_` (a malformed result is the coordinator's fault)."""
-    try:
-        return msgspec.convert(value, type_)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput(f"unexpected answer from the coordinator: {exc}") from None
-
-
-def _job_id(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, dict) and isinstance(result.get("job"), str):
-        return str(result["job"])
-    raise InvalidInput(f"unexpected answer to submit: {result!r}")
-
+def _expect(result: api.Result, type_: type[R]) -> R:
+    """The result as the type the verb answers with (another is the service's fault)."""
+    if not isinstance(result, type_):
+        raise InvalidInput(f"unexpected answer: a {type(result).__name__} result where "
+                           f"{type_.__name__} was expected")
+    return result

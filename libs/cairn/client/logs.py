@@ -1,8 +1,8 @@
 """Reading a worker's captured log from its site's launcher (request/reply, not stored).
 
-Request on `cairn.api.site.<site>.logs`: `{"launch_id", "offset", "max_bytes"}`.
-Reply: `{"ok": true, "result": {"data_b64", "offset", "done"}}` where `offset` is where the
-next read starts and `done` means the worker exited and everything was read.
+Request: `cairn.api.LogRead` on `cairn.api.site.<site>.logs`; result: `cairn.api.LogData`,
+where `offset` is where the next read starts and `done` means the worker exited and everything
+was read.
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NamedTuple
 
-import msgspec
-
-from cairn import subjects
-from cairn.api import REPLY_DECODER
+from cairn import api, subjects
 from cairn.bus import Bus
-from cairn.errors import CairnError, Timeout, from_dict
+from cairn.errors import CairnError, Timeout
 from cairn.state.job import JobState
 
 
@@ -33,10 +30,6 @@ class LogChunk(NamedTuple):
     error: str | None = None
 
 
-class _LogResult(msgspec.Struct, kw_only=True):
-    data_b64: str = ""
-    offset: int = 0
-    done: bool = False
 
 
 async def read_log_chunk(
@@ -55,20 +48,18 @@ async def read_log_chunk(
     A launcher that does not answer, or answers with an error, gives a chunk with `error`
     set, so one unreachable site does not hide the logs of the others.
     """
-    payload = msgspec.json.encode(
-        {"launch_id": launch_id, "offset": offset, "max_bytes": max_bytes}
-    )
+    subject = subjects.site_logs(site)
+    envelope = api.Envelope(request=api.LogRead(launch_id=launch_id, offset=offset,
+                                                max_bytes=max_bytes))
     try:
-        reply = REPLY_DECODER.decode(
-            await bus.request(subjects.site_logs(site), payload, timeout=request_timeout)
-        )
-        if not reply.ok:
-            raise from_dict(reply.error or {"message": "log read failed"})
-        result = msgspec.convert(reply.result or {}, _LogResult)
+        data = await bus.request(subject, api.encode_envelope(envelope), timeout=request_timeout)
+        result = api.decode_reply(data, subject=subject)
+        if not isinstance(result, api.LogData):
+            raise TypeError(f"a {type(result).__name__} result")
         data = base64.b64decode(result.data_b64)
     except CairnError as exc:
         return LogChunk(site, role, rank, b"", offset, error=str(exc)), True
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:
         return LogChunk(site, role, rank, b"", offset, error=f"bad answer: {exc}"), True
     next_offset = result.offset if result.offset else offset + len(data)
     return LogChunk(site, role, rank, data, next_offset), result.done

@@ -6,24 +6,26 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import yaml
 
 from cairn import subjects
+from cairn.api import ValidationAccepted
 from cairn.bus import Bus, objects, replay
-from cairn.client import Client
-from cairn.errors import InvalidInput, NotFound, Timeout
+from cairn.errors import InvalidInput, Timeout
 from cairn.events import (
     FEDERATION_DECODER,
     ValidationCompleted,
     ValidationPhase,
     ValidationStarted,
 )
-from cairn.names import check_name
+
+if TYPE_CHECKING:
+    from cairn.client.core import Client
 
 CLOCK_SKEW_S = 60.0
 """Events are read from this long before the request, so a validator whose clock is behind
@@ -111,16 +113,16 @@ async def write_out(bus: Bus, out: Path, result: ValidationResult, events: list[
 
 async def run_validation(client: Client, site: str, recipe: str, *, fresh: bool = True,
                          timeout: float = 3600.0, out: Path | None = None) -> ValidationResult:
-    """Validate `site` against `recipe` through the validator and wait for the result."""
-    check_name(site, "site")
-    check_name(recipe, "recipe")
-    since = datetime.now(UTC) - timedelta(seconds=CLOCK_SKEW_S)
-    answer = await client.call(subjects.api_validation("run"),
-                               {"site": site, "recipe": recipe, "fresh": fresh})
-    if not isinstance(answer, dict) or "run" not in answer:
-        raise NotFound(f"unexpected answer from the validator: {answer!r}")
-    events = await follow(client.bus, site, recipe, str(answer["run"]), since, timeout)
+    """Validate `site` against `recipe` through the validator and wait for the result
+    (`Client.validate` is the same)."""
+    return await client.validate(site, recipe, fresh=fresh, timeout=timeout, out=out)
+
+
+async def validate(bus: Bus, accepted: ValidationAccepted, since: datetime, *, timeout: float,
+                   out: Path | None) -> ValidationResult:
+    """Follow an accepted run to its end; write `out` when given."""
+    events = await follow(bus, accepted.site, accepted.recipe, accepted.run, since, timeout)
     result = result_of(events)
     if out is not None:
-        await write_out(client.bus, out, result, events)
+        await write_out(bus, out, result, events)
     return result

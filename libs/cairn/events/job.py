@@ -12,11 +12,57 @@ Placement = Literal["hub", "sites"]
 
 
 class Resources(msgspec.Struct, frozen=True, kw_only=True):
-    """What one worker asks for, normalized: whole GPUs, millicpus, bytes."""
+    """Resource amounts in integers, so arithmetic is exact: what a worker asks for, what a
+    site has or has free, what a study may use. The one resource type of Cairn.
+
+    The defaults (1 CPU, 512Mi) are what a role gets when its spec leaves a field out; an
+    amount of nothing is `Resources.zero()`.
+
+    Attributes:
+        gpus: Whole GPUs.
+        millicpus: CPUs in thousandths (`1.5` CPUs is 1500).
+        memory_bytes: Memory in bytes.
+    """
 
     gpus: int = 0
     millicpus: int = 1000
     memory_bytes: int = 512 * 1024 * 1024
+
+    @staticmethod
+    def zero() -> Resources:
+        return Resources(gpus=0, millicpus=0, memory_bytes=0)
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(gpus=self.gpus + other.gpus, millicpus=self.millicpus + other.millicpus,
+                         memory_bytes=self.memory_bytes + other.memory_bytes)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(gpus=self.gpus - other.gpus, millicpus=self.millicpus - other.millicpus,
+                         memory_bytes=self.memory_bytes - other.memory_bytes)
+
+    def fits_in(self, available: Resources) -> bool:
+        """True when every amount is at most what `available` holds."""
+        return (self.gpus <= available.gpus and self.millicpus <= available.millicpus
+                and self.memory_bytes <= available.memory_bytes)
+
+    def shortfall(self, available: Resources) -> list[str]:
+        """For people: what `available` lacks to hold this, one phrase per resource."""
+        lacks = []
+        if available.gpus < self.gpus:
+            lacks.append(f"gpus {available.gpus} free < {self.gpus}")
+        if available.millicpus < self.millicpus:
+            lacks.append(f"cpus {available.millicpus / 1000:g} free < {self.millicpus / 1000:g}")
+        if available.memory_bytes < self.memory_bytes:
+            lacks.append(f"memory {available.memory_bytes >> 20}Mi free < "
+                         f"{self.memory_bytes >> 20}Mi")
+        return lacks
+
+    def describe(self) -> str:
+        """For people: `2 gpus, 1.5 cpus, 4Gi memory`."""
+        from cairn.spec.quantity import format_cpus, format_memory
+
+        return (f"{self.gpus} gpus, {format_cpus(self.millicpus)} cpus, "
+                f"{format_memory(self.memory_bytes)} memory")
 
 
 class RoleRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,12 +21,13 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 
-from cairn import subjects, telemetry
+from cairn import api, subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
 from cairn.errors import CairnError
 from cairn.runtime.logs import setup_logging
 
 T = TypeVar("T")
+ApiHandler = Callable[[api.Envelope, subjects.ApiAddress], Awaitable[api.Result]]
 log = logging.getLogger("cairn.runtime.service")
 
 SERVICES: dict[str, str] = {
@@ -98,6 +99,19 @@ class Runtime:
     async def serve(self, subject: str, handler: Callable[[Any], Awaitable[bytes]],
                     queue: str = "") -> None:
         self._core_subs.append(await self.bus.serve(subject, handler, queue=queue))
+
+    async def serve_api(self, subject: str, handler: ApiHandler, queue: str = "") -> None:
+        """Answer typed requests on `subject` (a pattern under `cairn.api`): each is decoded
+        once into an `Envelope`, checked against the subject it came on, and `handler`'s
+        `Result` (or the `CairnError` it raises) is the reply."""
+
+        async def on_request(msg: Any) -> bytes:
+            address = subjects.parse_api(msg.subject)
+            envelope = api.decode_envelope(msg.data or b"", verb=address.verb,
+                                           study=address.study)
+            return api.encode_result(await handler(envelope, address))
+
+        await self.serve(subject, on_request, queue=queue)
 
     async def subscribe_core(self, subject: str, cb: Callable[[Any], Awaitable[None]]) -> None:
         self._core_subs.append(await self.bus.subscribe_core(subject, cb))

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgspec
 
-from cairn import subjects
+from cairn import api, subjects
 from cairn.bus import Bus, objects
-from cairn.errors import InvalidInput, from_dict
+from cairn.errors import InvalidInput
 from cairn.events import FEDERATION_DECODER, SnapshotRecorded, stamp
 from cairn.snapshot.model import Snapshot, decode, encode
 
@@ -59,13 +59,13 @@ async def ask(bus: Bus, site: str, timeout: float = ASK_TIMEOUT_S) -> Snapshot:
     Raises:
         Unavailable: no snapshotter answers; Timeout: it did not answer in time.
     """
-    data = await bus.request(subjects.site_snapshot_request(site), b"{}", timeout=timeout)
-    reply = msgspec.json.decode(data)
-    if not reply.get("ok"):
-        raise from_dict(reply.get("error") or {"message": "snapshot request failed"})
-    event = FEDERATION_DECODER.decode(msgspec.json.encode(reply["result"]))
-    if not isinstance(event, SnapshotRecorded):
-        raise InvalidInput(f"the snapshotter of {site} answered with {type(event).__name__}")
+    subject = subjects.site_snapshot_request(site)
+    envelope = api.encode_envelope(api.Envelope(request=api.SnapshotNow()))
+    result = api.decode_reply(await bus.request(subject, envelope, timeout=timeout),
+                              subject=subject)
+    if not isinstance(result, api.SnapshotTaken):
+        raise InvalidInput(f"the snapshotter of {site} answered with {type(result).__name__}")
+    event = result.recorded
     return await snapshot_of(bus, event)
 
 

@@ -2,8 +2,8 @@
 
     action          project_admin  org_admin            lead                 member
     view            yes            yes                  yes                  yes
-    submit          yes            no                   yes                  no
-    cancel          yes            jobs of its org      own + its org's      no
+    submit          yes            no                   yes                  yes
+    cancel          yes            jobs of its org      own + its org's      own
     manage-study    yes            its org's sites and  no                   no
                                    admins only
     create-study    yes            no                   no                   no
@@ -12,7 +12,8 @@
 the site/admin being added or removed (for manage-study) belongs to the actor's org.
 
 Differences from FLARE's defaults, on purpose: FLARE's lead manages only its own jobs; here a
-lead may also cancel its org's jobs, so a team can stop a colleague's runaway job. FLARE has
+lead may also cancel its org's jobs, so a team can stop a colleague's runaway job. A member
+(FLARE: view only) may submit jobs and cancel its own, never another member's. FLARE has
 no studies; an org_admin may add or remove its own org's sites and admins (a site owner may
 always withdraw its site) but never touch other orgs', and only a project_admin creates studies.
 Unknown roles or actions are denied, so a typo fails closed.
@@ -56,4 +57,4 @@ def allowed(role: str, action: str, *, own: bool = False, same_org: bool = False
         return action in (Action.CANCEL, Action.MANAGE_STUDY) and same_org
     if role is AdminRole.LEAD:
         return action is Action.SUBMIT or (action is Action.CANCEL and (own or same_org))
-    return False
+    return action is Action.SUBMIT or (action is Action.CANCEL and own)
