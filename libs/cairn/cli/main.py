@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "snapshot": ("cairn.cli.snapshot:snapshot", "Record what a site really is."),
     "diff": ("cairn.cli.snapshot:diff", "Compare two snapshots."),
     "recipe": ("cairn.cli.recipe:recipe", "List, match, show and explain recipes."),
+    "bundle": ("cairn.cli.bundle:bundle", "Render a recipe for Helm, Argo CD, Flux or Helmfile."),
     "validate": ("cairn.cli.validate:validate", "Validate a site against a recipe."),
 }
 

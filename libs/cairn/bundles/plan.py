@@ -1,0 +1,71 @@
+"""From a resolved recipe to a bundle plan: components in order, with composed values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cairn.bundles.layers import apply_override_file, apply_set, from_recipe
+from cairn.bundles.model import (
+    BundleManifest,
+    Deployer,
+    PlannedComponent,
+    ProvenanceFile,
+)
+from cairn.bundles.order import deploy_order
+from cairn.bundles.text import sort_keys
+from cairn.errors import InvalidInput
+from cairn.recipes import Catalog, resolve
+
+
+@dataclass(frozen=True)
+class BundlePlan:
+    manifest: BundleManifest
+    provenance: ProvenanceFile
+
+
+def plan_bundle(catalog: Catalog, recipe_name: str, deployer: Deployer,
+                overrides: Sequence[str] = (), sets: Sequence[str] = ()) -> BundlePlan:
+    """Resolve `recipe_name` and lay out what a bundle of it deploys.
+
+    Args:
+        overrides: `--values` files, applied in order after the recipe's values.
+        sets: `--set COMPONENT.key=VALUE` assignments, applied last, in order.
+
+    Raises:
+        NotFound: no such recipe.
+        InvalidInput: a bad override file or assignment, a component without a chart, or a
+            dependency cycle.
+    """
+    recipe = resolve(catalog, recipe_name)
+    composed = from_recipe(recipe, catalog)
+    for path in overrides:
+        apply_override_file(composed, Path(path), path)
+    for assignment in sets:
+        apply_set(composed, assignment)
+    by_name = {c.name: c for c in recipe.components}
+    for component in recipe.components:
+        if not component.chart or not component.version:
+            raise InvalidInput(
+                f"component {component.name!r} has no chart or no version; a bundle deploys "
+                "Helm charts at pinned versions", field=f"components.{component.name}")
+    order = deploy_order({c.name: c.dependencies for c in recipe.components})
+    planned = []
+    for name, wave in order:
+        source = by_name[name]
+        planned.append(PlannedComponent(
+            name=name,
+            chart=source.chart,
+            repository=source.repository,
+            version=source.version,
+            namespace=source.namespace or name,
+            dependencies=sorted(d for d in set(source.dependencies) if d in by_name),
+            wave=wave,
+            values=sort_keys(composed.values[name]),
+        ))
+    manifest = BundleManifest(recipe=recipe.name, applied=list(recipe.applied),
+                              deployer=deployer, overrides=list(overrides), sets=list(sets),
+                              components=planned)
+    return BundlePlan(manifest=manifest,
+                      provenance=ProvenanceFile(recipe=recipe.name, values=composed.rows()))

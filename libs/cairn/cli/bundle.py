@@ -1,0 +1,146 @@
+"""`cairn bundle`: render a recipe as a deployment bundle; explain, diff and verify bundles.
+
+Parsing and printing only; the work is in `cairn.bundles`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import click
+import msgspec
+import yaml
+
+from cairn.bundles import (
+    DEPLOYERS,
+    Deployer,
+    GitTarget,
+    diff_bundles,
+    diff_markdown,
+    plan_bundle,
+    read_manifest,
+    read_provenance,
+    render_files,
+    verify,
+    write_bundle,
+)
+from cairn.cli.output import emit, output_option, print_table
+from cairn.errors import NotFound
+from cairn.recipes import load_catalog
+from cairn.recipes.catalog import ENV_CATALOG
+
+_BUNDLE_HELP = """Render a recipe as a deployment bundle, or explain, diff and verify bundles.
+
+\b
+  cairn bundle --recipe h100-eks-ubuntu-training --deployer helm -o out/
+  cairn bundle --recipe R --deployer argocd --repo-url URL --repo-path clusters/a -o out/
+
+Values: the recipe's, then each --values file, then each --set (later wins).
+Exit codes: 0 ok; 1 verify found a difference; 3 invalid input; 4 not found;
+6 the output directory exists (use --force to replace a bundle).
+"""
+
+
+@click.group(help=_BUNDLE_HELP, invoke_without_command=True)
+@click.option("--recipe", "recipe_name", metavar="NAME", help="Recipe to render (an overlay).")
+@click.option("--deployer", type=click.Choice(DEPLOYERS), default="helm", show_default=True,
+              help="Tool the bundle is written for.")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False), metavar="DIR",
+              help="Directory to write the bundle to (must not exist, or be empty).")
+@click.option("--values", "overrides", multiple=True, type=click.Path(dir_okay=False),
+              metavar="FILE",
+              help="Override file: a mapping of component name to values (repeatable).")
+@click.option("--set", "sets", multiple=True, metavar="COMPONENT.KEY=VALUE",
+              help="Set one value, e.g. gpu-operator.driver.version=580.105.08 (repeatable).")
+@click.option("--repo-url", default="", metavar="URL",
+              help="Git repository the bundle is committed to (argocd: required).")
+@click.option("--repo-path", default=".", show_default=True, metavar="PATH",
+              help="The bundle's folder inside that repository (argocd, flux).")
+@click.option("--revision", default="HEAD", show_default=True,
+              help="Git revision Argo CD's app-of-apps follows.")
+@click.option("--force", is_flag=True, help="Replace an existing bundle in DIR.")
+@click.option("--catalog", "catalog_dir", type=click.Path(file_okay=False), envvar=ENV_CATALOG,
+              default=None,
+              help=f"Recipe catalog directory (default: the repository's recipes/; "
+                   f"${ENV_CATALOG}).")
+@click.pass_context
+def bundle(ctx: click.Context, recipe_name: str | None, deployer: str, out: str | None,
+           overrides: tuple[str, ...], sets: tuple[str, ...], repo_url: str, repo_path: str,
+           revision: str, force: bool, catalog_dir: str | None) -> None:
+    if ctx.invoked_subcommand is not None:
+        if recipe_name or out:
+            raise click.UsageError("--recipe and -o render a bundle; give them without a "
+                                   "subcommand")
+        return
+    if not recipe_name or not out:
+        if not recipe_name and not out:
+            click.echo(ctx.get_help())
+            return
+        raise click.UsageError("rendering needs both --recipe NAME and -o DIR")
+    catalog = load_catalog(Path(catalog_dir) if catalog_dir else None)
+    plan = plan_bundle(catalog, recipe_name, cast(Deployer, deployer), overrides, sets)
+    files = render_files(plan, GitTarget(repo_url=repo_url, path=repo_path, revision=revision))
+    write_bundle(files, Path(out), force=force)
+    click.echo(f"wrote {len(files)} files for {len(plan.manifest.components)} components "
+               f"({plan.manifest.recipe}, {deployer}) to {out}")
+
+
+@bundle.command("verify", help="Check a bundle against its checksums.txt: exit 0 when every "
+                "file matches and none was added or removed, 1 otherwise (naming each file).")
+@click.argument("directory", type=click.Path(file_okay=False))
+@output_option()
+def verify_cmd(directory: str, output: str) -> None:
+    result = verify(Path(directory))
+    data = {"bundle": directory, "ok": result.ok, "checked": result.checked,
+            "added": result.added, "removed": result.removed, "changed": result.changed}
+
+    def show(d: dict[str, Any]) -> None:
+        for kind in ("added", "removed", "changed"):
+            for path in d[kind]:
+                click.echo(f"{kind}: {path}")
+        click.echo(f"{'ok' if d['ok'] else 'FAILED'}: {d['checked']} files listed in "
+                   f"{directory}/checksums.txt")
+
+    emit(data, output, show)
+    if not result.ok:
+        raise SystemExit(1)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else yaml.safe_dump(
+        value, default_flow_style=True, width=4096).strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@bundle.command("explain", help="Every value in a bundle with the layer that set it "
+                "(base, overlay, mixin, override, set) and its file.")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--component", "components", multiple=True, metavar="NAME",
+              help="Only this component (repeatable).")
+@output_option()
+def explain_cmd(directory: str, components: tuple[str, ...], output: str) -> None:
+    provenance = read_provenance(Path(directory))
+    rows = [msgspec.to_builtins(v) for v in provenance.values
+            if not components or v.component in components]
+    known = {v.component for v in provenance.values}
+    missing = [c for c in components if c not in known]
+    if missing:
+        raise NotFound(f"no component {missing[0]!r} in the bundle", file=directory,
+                       field="component")
+    emit({"recipe": provenance.recipe, "values": rows}, output, lambda d: print_table(
+        f"{d['recipe']}: where each value came from",
+        ["component", "path", "value", "layer", "source"],
+        [[r["component"], r["path"], _short(r["value"]), r["layer"], r["source"]]
+         for r in d["values"]]))
+
+
+@bundle.command("diff", help="What changes from bundle OLD to bundle NEW: components added "
+                "and removed, chart versions and values changed (Markdown, or -o json|yaml).")
+@click.argument("old", type=click.Path(file_okay=False))
+@click.argument("new", type=click.Path(file_okay=False))
+@output_option()
+def diff_cmd(old: str, new: str, output: str) -> None:
+    before, after = read_manifest(Path(old)), read_manifest(Path(new))
+    result = diff_bundles(before, after)
+    emit(result, output, lambda _: click.echo(diff_markdown(result, before, after), nl=False))
