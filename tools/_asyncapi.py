@@ -45,6 +45,13 @@ HEADERS = {
         "traceparent": {"type": "string", "description": "W3C trace context of the publish"},
     },
 }
+# Requests and replies on `cairn.api.*` (schemas from `cairn.api`, see tools/_api_schemas.py).
+API_MESSAGES = (
+    ("api.request", "Envelope", "./api/envelope.json",
+     "a typed request (`type` is the verb) in the envelope a client signs"),
+    ("api.reply", "Reply", "./api/reply.json",
+     "the answer: `ok` and a typed `result`, or an `error` naming its code"),
+)
 NAME_RULE_NOTE = "; a single token that obeys `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`"
 
 
@@ -92,6 +99,17 @@ def asyncapi(places: list[Placement]) -> dict[str, Any]:
             "x-cairn-writer": p.writer,
             "x-cairn-stream": p.stream,
         }
+    for name, title, schema, summary in API_MESSAGES:
+        messages[name] = {
+            "name": name,
+            "title": title,
+            "summary": summary,
+            "contentType": "application/json",
+            "payload": {
+                "schemaFormat": "application/schema+json;version=draft-2020-12",
+                "schema": {"$ref": schema},
+            },
+        }
     for channel in CHANNELS:
         mine = [p for p in places if p.channel is channel]
         stored = {p.stream for p in mine} if mine else {stream_of(placeholder(channel.address))}
@@ -102,6 +120,8 @@ def asyncapi(places: list[Placement]) -> dict[str, Any]:
         }
         if mine:
             entry["messages"] = {p.tag: _ref("components", "messages", p.tag) for p in mine}
+        elif _is_api(channel):
+            entry["messages"] = {m[0]: _ref("components", "messages", m[0]) for m in API_MESSAGES}
         entry["x-cairn-stream"] = (
             None if channel.request_reply else " | ".join(sorted(s or "not stored" for s in stored))
         )
@@ -155,4 +175,11 @@ def _operation(
     }
     if tags:
         op["messages"] = [_ref("channels", channel.id, "messages", t) for t in tags]
+    elif _is_api(channel):
+        op["messages"] = [_ref("channels", channel.id, "messages", "api.request")]
+        op["reply"] = {"messages": [_ref("channels", channel.id, "messages", "api.reply")]}
     return op
+
+
+def _is_api(channel: Channel) -> bool:
+    return channel.request_reply and channel.address.startswith("cairn.api.")

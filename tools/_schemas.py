@@ -51,6 +51,7 @@ WRITERS: dict[str, str] = {
     "launch.": "agent",
     "site.heartbeat": "agent",
     "site.config-": "agent",
+    "site.backend": "launcher",
     "site.snapshot": "snapshotter",
     "site.drift": "snapshotter",
     "worker.": "worker-sdk",
@@ -58,6 +59,7 @@ WRITERS: dict[str, str] = {
     "worker.running": "launcher",
     "worker.exited": "launcher",
     "validation.": "validator",
+    "evidence.": "signer",
     "deadletter.": "bus",
 }
 
@@ -98,6 +100,22 @@ CHANNELS: tuple[Channel, ...] = (
         "study verbs (request/reply)",
         ("client",),
         ("coordinator",),
+        request_reply=True,
+    ),
+    Channel(
+        "apiSite",
+        "cairn.api.site.{site}.{verb}",
+        "site verbs (request/reply): a fresh snapshot, a worker's captured log",
+        ("client",),
+        ("snapshotter", "launcher"),
+        request_reply=True,
+    ),
+    Channel(
+        "apiValidation",
+        "cairn.api.validation.{verb}",
+        "validation verbs (request/reply): start a validation run",
+        ("client",),
+        ("validator",),
         request_reply=True,
     ),
     Channel(
@@ -160,9 +178,9 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "siteFacts",
         "cairn.site.{site}.{event}",
-        "site facts kept in FEDERATION: snapshots, drift, runtime-file loads",
-        ("snapshotter", "agent"),
-        ("validator", "coordinator"),
+        "site facts kept in FEDERATION: snapshots, drift, runtime-file loads, the backend",
+        ("snapshotter", "agent", "launcher"),
+        ("validator", "coordinator", "agent"),
     ),
     Channel(
         "federation",

@@ -51,11 +51,19 @@ def read_tree(folder: Path) -> dict[str, str]:
 
 
 def _events(files: dict[str, str]) -> dict[str, dict[str, Any]]:
-    return {
+    """Every Struct schema held to the compatibility rules: events by tag, and the request/reply
+    contract as `api/<name>`."""
+    out = {
         rel[len("events/") : -len(".json")]: json.loads(text)
         for rel, text in files.items()
         if rel.startswith("events/")
     }
+    out.update({
+        rel[: -len(".json")]: json.loads(text)
+        for rel, text in files.items()
+        if rel.startswith("api/")
+    })
+    return out
 
 
 def _def_name(schema: dict[str, Any]) -> str:

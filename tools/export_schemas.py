@@ -16,6 +16,7 @@ if str(REPO) not in sys.path:
 
 import yaml  # noqa: E402
 
+from tools._api_schemas import api_files, api_index  # noqa: E402
 from tools._asyncapi import asyncapi  # noqa: E402
 from tools._schemas import GENERATED_BY, event_schema, index, placements, to_json  # noqa: E402
 
@@ -24,7 +25,8 @@ def generate() -> dict[str, str]:
     """Every file of `schemas/`, by its path inside that folder (deterministic)."""
     places = placements()
     files = {f"events/{p.tag}.json": to_json(event_schema(p.cls)) for p in places}
-    files["index.json"] = to_json(index(places))
+    files.update({rel: to_json(doc) for rel, doc in api_files().items()})
+    files["index.json"] = to_json({**index(places), "api": api_index()})
     document = yaml.safe_dump(asyncapi(places), sort_keys=False, allow_unicode=True, width=100)
     files["asyncapi.yaml"] = f"# {GENERATED_BY}\n{document}"
     return dict(sorted(files.items()))
@@ -33,7 +35,7 @@ def generate() -> dict[str, str]:
 def is_generated(path: str) -> bool:
     """Whether a path inside `schemas/` is one `generate` owns (others are left alone)."""
     return path in ("index.json", "asyncapi.yaml") or (
-        path.startswith("events/") and path.endswith(".json") and path.count("/") == 1
+        path.startswith(("events/", "api/")) and path.endswith(".json") and path.count("/") == 1
     )
 
 

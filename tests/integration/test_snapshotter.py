@@ -52,11 +52,16 @@ async def wait_event(bus: Bus, verb: str, pred: Callable[[Any], bool],
     raise AssertionError(f"no matching {verb} event within {timeout}s")
 
 
+# The request as any client writes it on the wire (schemas/api/envelope.json).
+SNAPSHOT_REQUEST = b'{"request": {"type": "snapshot"}}'
+
+
 async def ask(bus: Bus) -> SnapshotRecorded:
-    data = await bus.request(subjects.site_snapshot_request(SITE), b"{}", timeout=30)
+    data = await bus.request(subjects.site_snapshot_request(SITE), SNAPSHOT_REQUEST, timeout=30)
     reply = msgspec.json.decode(data)
     assert reply["ok"], reply
-    event = FEDERATION_DECODER.decode(msgspec.json.encode(reply["result"]))
+    assert reply["result"]["type"] == "snapshot"
+    event = FEDERATION_DECODER.decode(msgspec.json.encode(reply["result"]["recorded"]))
     assert isinstance(event, SnapshotRecorded)
     return event
 
@@ -120,7 +125,8 @@ async def test_a_broken_readings_file_is_answered_as_an_error(nats_server: NatsS
     extra.write_text("[1, 2]")
     async with snapshotter(nats_server.url, snapshot_readings=str(extra)):
         await asyncio.sleep(0.2)
-        data = await bus.request(subjects.site_snapshot_request(SITE), b"{}", timeout=30)
+        data = await bus.request(subjects.site_snapshot_request(SITE), SNAPSHOT_REQUEST,
+                                 timeout=30)
         reply = msgspec.json.decode(data)
         assert reply["ok"] is False and reply["error"]["code"] == "invalid"
         assert str(extra) in reply["error"].get("file", "")

@@ -95,7 +95,8 @@ def test_asyncapi_names_every_channel_message_and_writer() -> None:
     for channel in doc["channels"].values():
         params = {t[1:-1] for t in channel["address"].split(".") if t.startswith("{")}
         assert set(channel.get("parameters", {})) == params
-    assert set(doc["components"]["messages"]) == {tag_of(t) for t in event_types()}
+    assert set(doc["components"]["messages"]) == {tag_of(t) for t in event_types()} | {
+        "api.request", "api.reply"}
     senders: dict[str, str] = {}
     for op in doc["operations"].values():
         channel = _resolve(doc, op["channel"]["$ref"])
@@ -105,8 +106,10 @@ def test_asyncapi_names_every_channel_message_and_writer() -> None:
             assert message["name"] in channel["messages"]
             if op["action"] == "send":
                 senders[message["name"]] = op["x-cairn-service"]
-    # Each event type has exactly one writing service, and it says so.
-    assert set(senders) == {tag_of(t) for t in event_types()}
+    # Each event type has exactly one writing service, and it says so; requests are sent by
+    # clients and answered with replies.
+    assert set(senders) == {tag_of(t) for t in event_types()} | {"api.request"}
+    assert senders["api.request"] == "CLI / client"
     assert senders["worker.exited"] == "launcher"
     assert senders["worker.result"] == "worker SDK"
     assert senders["deadletter.event"] == "bus (dead letters)"

@@ -111,7 +111,7 @@ Result = (
 """Every result, one tagged union."""
 
 
-class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A typed error: `code` names the `cairn.errors` class; file/line/field where known."""
 
     code: str
@@ -130,7 +130,7 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
         return from_dict(msgspec.structs.asdict(self))
 
 
-class Reply(msgspec.Struct, frozen=True, kw_only=True):
+class Reply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ok: bool
     result: Result | None = None
     error: ErrorBody | None = None
