@@ -195,6 +195,10 @@ def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str)
         mark = exc.problem_mark
         raise InvalidInput(f"not valid YAML: {exc.problem}", file=file,
                            line=mark.line + 1 if mark is not None else None) from None
+    except ValueError as exc:
+        # An integer of more digits than Python converts, a date out of range, ...
+        raise InvalidInput(f"not a usable value: {exc}", file=file,
+                           line=node.start_mark.line + 1) from None
     finally:
         _SCALARS.constructed_objects.clear()  # its per-node cache would only grow
 

@@ -250,3 +250,24 @@ def query_cmd(name: str, path: str, catalog_dir: str | None, output: str) -> Non
             v if isinstance(v, str | int | float) else yaml.safe_dump(v, sort_keys=False).rstrip()
         ),
     )
+
+
+LINT_HELP = """Report what loads but can never hold: constraints on a reading that no
+snapshot collector and no check produces (naming recipe, file, line and reading).
+
+\b
+Exit 0 when nothing is found, 1 when something is, 3 when the catalog does not load."""
+
+
+@recipe.command("lint", help=LINT_HELP)
+@_catalog_option
+@output_option()
+def lint_cmd(catalog_dir: str | None, output: str) -> None:
+    from cairn.recipes.lint import lint_catalog
+
+    found = lint_catalog(_load(catalog_dir))
+    # One line per finding, as compilers print them: file:line: field: problem.
+    emit([vars(f) for f in found], output,
+         lambda _: click.echo("\n".join(map(str, found)) or "no findings"))
+    if found:
+        raise SystemExit(1)

@@ -16,8 +16,10 @@ import msgspec
 from cairn import yamlfile
 from cairn.errors import InvalidInput
 from cairn.recipes.model import Phase
+from cairn.spec.duration import MAX_DURATION_S
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Digits capped so int() never meets a number too long to convert.
+_DURATION = re.compile(r"^(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?$")
 
 
 class CheckDefinition(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -55,6 +57,9 @@ def parse_duration(text: str) -> int:
     total = hours * 3600 + minutes * 60 + seconds
     if total <= 0:
         raise InvalidInput("a timeout must be longer than 0s", field="timeout")
+    if total > MAX_DURATION_S:
+        raise InvalidInput(f"{text!r} is longer than the limit of {MAX_DURATION_S // 86400}d",
+                           field="timeout")
     return total
 
 

@@ -10,6 +10,9 @@ Grammar (whitespace around operators is optional):
     6.8.x                                   version wildcard: same leading components (Cairn)
     ^1.32                                   caret range: >=1.32,<2 (Cairn)
 
+The operators are a closed set: any other value that starts with `=`, `<`, `>` or `!`
+(`=> 5.10`, `=< 2`) is an error when the recipe loads; quote a value that really starts so.
+
 How a comparison reads its operands: a number reading (int or float) is compared as a number,
 and the expected side may carry a binary size suffix (`1GiB`); a string reading is compared as
 a version (see `cairn.recipes.versions`). A list reading (e.g. `Container.docker.runtimes`)
@@ -31,6 +34,11 @@ Reading = str | int | float | bool | list[str]
 
 _COMPARE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(.+)$", re.S)
 _SET = re.compile(r"^(not\s+in|in)\s*\[(.*)\]$", re.S)
+# A value that starts like an operator but is none of the known ones (`=> 5.10`, `=< 2`,
+# `>> 1`, `= 3`) is a typo, not an exact match that silently never holds; quote it to mean it.
+_NOT_AN_OPERATOR = re.compile(r"^[=<>!]")
+_OPERATOR_HEAD = re.compile(r"^[=<>!][=<>!\s]*")
+_KNOWN_OPERATORS = ">=, <=, >, <, ==, !=, ~, in [...], not in [...], ^"
 _WILDCARD = re.compile(r"^[vV]?\d+(?:\.\d+)*\.[xX*]$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(KiB|MiB|GiB|TiB|PiB)$")
 _UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
@@ -98,14 +106,24 @@ def _compile(src: str) -> Callable[[Reading], bool]:
         return lambda r: _wildcard(r, prefix)
     cmp_match = _COMPARE.match(src)
     if cmp_match:
-        op, expected = cmp_match.group(1), _unquote(cmp_match.group(2).strip())
+        op, raw = cmp_match.group(1), cmp_match.group(2).strip()
+        _refuse_operator_like(raw, src)
+        expected = _unquote(raw)
         if op == "==":
             return lambda r: _equal(r, expected)
         if op == "!=":
             return lambda r: not _equal(r, expected)
         return lambda r: _order(r, op, expected)
+    _refuse_operator_like(src, src)
     expected = _unquote(src)
     return lambda r: _equal(r, expected)
+
+
+def _refuse_operator_like(value: str, src: str) -> None:
+    if _NOT_AN_OPERATOR.match(value):
+        head = _OPERATOR_HEAD.match(src)
+        op = head.group(0).strip() if head else value[:2]
+        raise ExpressionError(f"unknown operator {op!r} in {src!r} (known: {_KNOWN_OPERATORS})")
 
 
 def _regex(pattern: str) -> Callable[[Reading], bool]:

@@ -32,6 +32,10 @@ HUB_ROLE = "server"
 DEFAULT_TIMEOUT_S = 3600
 DEFAULT_QUEUE_TIMEOUT_S = 600
 _Scalar = int | float | str
+# Upper bounds (docs/limits.md), so a slip is an error at load rather than a job that waits
+# forever for sites or retries without end.
+MAX_RETRIES = 100
+MAX_SITES = 10_000
 
 
 # --- the file as written (strict: an unknown key is an error) -------------------------------
@@ -164,8 +168,9 @@ def parse_job_spec(text: str, file: str, base_dir: str | Path) -> JobSpec:
     }
     if raw.image is not None and (problem := image_problem(raw.image)):
         raise where.error(("image",), problem)
-    if raw.retries < 0:
-        raise where.error(("retries",), "must be 0 or more")
+    if not 0 <= raw.retries <= MAX_RETRIES:
+        raise where.error(("retries",), "must be 0 or more" if raw.retries < 0
+                          else f"{raw.retries} is more than the limit of {MAX_RETRIES}")
     _check_json(where, raw.params, ("params",))
     requires = None
     if raw.requires is not None:
@@ -230,8 +235,9 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
                 (*at, "sites"), "an empty list chooses no site; write 'all' or name sites"
             )
     if raw.min_sites is not None:
-        if raw.min_sites < 1:
-            raise where.error((*at, "min_sites"), "must be 1 or more")
+        if not 1 <= raw.min_sites <= MAX_SITES:
+            raise where.error((*at, "min_sites"), "must be 1 or more" if raw.min_sites < 1
+                              else f"{raw.min_sites} is more than the limit of {MAX_SITES}")
         if sites != "all" and raw.min_sites > len(sites):
             raise where.error(
                 (*at, "min_sites"), f"{raw.min_sites} is more than the {len(sites)} sites listed"

@@ -20,18 +20,29 @@ _QUANTITY = re.compile(
 BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
+# Upper bounds (docs/limits.md): far above any one site or worker, low enough that a slip
+# such as `1e99` is an error at load instead of a 100-digit number that queues forever.
+MAX_GPUS = 100_000
+MAX_MILLICPUS = 10_000_000 * 1000
+MAX_MEMORY_BYTES = 2**60
+# No quantity has more digits before its point than this; refused before any arithmetic,
+# so `1e999999999` never becomes a billion-digit integer.
+_MAX_MAGNITUDE = 30
+
 
 def _number(value: object, what: str) -> tuple[Decimal, str]:
     """Split a quantity into its number and suffix; bools and other types are refused."""
     # YAML turns `yes`/`true` into bools, and bool is an int subclass: refuse it explicitly.
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InvalidInput(f"{value!r} is not a {what} quantity")
+    if isinstance(value, int) and value.bit_length() > 128:
+        raise InvalidInput(f"a number that long is far too large for a {what} quantity")
     if isinstance(value, (int, float)):
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidInput(f"{value!r} is not a {what} quantity")
         if value < 0:
             raise InvalidInput(f"{value!r} is negative; a {what} quantity is at least 0")
-        return Decimal(str(value)), ""
+        return _bounded(Decimal(str(value)), value, what), ""
     match = _QUANTITY.fullmatch(value.strip())
     if not match:
         raise InvalidInput(
@@ -43,7 +54,21 @@ def _number(value: object, what: str) -> tuple[Decimal, str]:
         number = Decimal(match.group("num") + (match.group("exp") or ""))
     except InvalidOperation:
         raise InvalidInput(f"{value!r} is not a {what} quantity") from None
-    return number, match.group("suffix")
+    return _bounded(number, value, what), match.group("suffix")
+
+
+def _bounded(number: Decimal, value: object, what: str) -> Decimal:
+    if number and number.adjusted() >= _MAX_MAGNITUDE:
+        text = repr(value)
+        raise InvalidInput(f"{text if len(text) <= 40 else text[:37] + '...'} is far too large "
+                           f"for a {what} quantity")
+    return number
+
+
+def _at_most(amount: int, bound: int, value: object, what: str, shown: str) -> int:
+    if amount > bound:
+        raise InvalidInput(f"{value!r} is more than the limit of {shown} {what}")
+    return amount
 
 
 def parse_cpus(value: object) -> int:
@@ -63,7 +88,7 @@ def parse_cpus(value: object) -> int:
         raise InvalidInput(f"{value!r}: unknown cpus suffix {suffix!r} (use 'm' or none)")
     if milli != milli.to_integral_value():
         raise InvalidInput(f"{value!r} is finer than 1m (one thousandth of a CPU)")
-    return int(milli)
+    return _at_most(int(milli), MAX_MILLICPUS, value, "CPUs", format_cpus(MAX_MILLICPUS))
 
 
 def parse_memory(value: object) -> int:
@@ -88,7 +113,8 @@ def parse_memory(value: object) -> int:
         )
     if count != count.to_integral_value():
         raise InvalidInput(f"{value!r} is not a whole number of bytes")
-    return int(count)
+    return _at_most(int(count), MAX_MEMORY_BYTES, value, "of memory",
+                    format_memory(MAX_MEMORY_BYTES))
 
 
 def parse_gpus(value: object) -> int:
@@ -96,7 +122,7 @@ def parse_gpus(value: object) -> int:
     number, suffix = _number(value, "gpus")
     if suffix or number != number.to_integral_value():
         raise InvalidInput(f"{value!r} is not a whole number of GPUs (GPUs are not shared)")
-    return int(number)
+    return _at_most(int(number), MAX_GPUS, value, "GPUs", str(MAX_GPUS))
 
 
 def format_cpus(millicpus: int) -> str:
