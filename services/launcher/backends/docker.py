@@ -57,7 +57,13 @@ from cairn.launcher.backends._workdir import (
     read_tail,
     split_entrypoint,
 )
-from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
+from cairn.launcher.backends.base import (
+    Capability,
+    ExitCause,
+    LaunchHandle,
+    LaunchSpec,
+    WorkerExit,
+)
 from cairn.launcher.backends.errors import LaunchFailed
 
 __all__ = ["DockerBackend"]
@@ -316,6 +322,8 @@ class DockerBackend:
         else:
             with contextlib.suppress(OSError, ValueError):
                 state = dict(json.loads(await asyncio.to_thread(record.read_text)))
+        code: int | None
+        cause: ExitCause | None
         if state is None:
             code, cause = None, "infrastructure"
             message = "its container is gone: it ended while the launcher was down and was removed"

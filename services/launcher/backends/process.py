@@ -113,7 +113,7 @@ class ProcessBackend:
         if memory_limit == "auto":
             self.memory_mechanism: Mechanism = memory_limit_mechanism()
         elif memory_limit in MECHANISMS:
-            self.memory_mechanism = memory_limit  # type: ignore[assignment]
+            self.memory_mechanism = memory_limit
         else:
             raise InvalidInput(
                 f"memory_limit {memory_limit!r}: use auto or one of {', '.join(MECHANISMS)}",
