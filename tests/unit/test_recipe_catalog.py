@@ -156,7 +156,8 @@ def test_check_catalog() -> None:
     assert checks["gpu-matmul"].emits == {"gpu-matmul": "TFLOP/s"}
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("5m", 300), ("1h30m", 5400)])
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("5m", 300), ("1h30m", 5400),
+                                              ("1d", 86400)])
 def test_parse_duration(text: str, seconds: int) -> None:
     assert parse_duration(text) == seconds
 

@@ -8,7 +8,6 @@ a check that no validator implements.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import msgspec
@@ -16,11 +15,9 @@ import msgspec
 from cairn import yamlfile
 from cairn.errors import InvalidInput
 from cairn.recipes.model import Phase
-from cairn.spec.duration import MAX_DURATION_S
+from cairn.spec.duration import parse_duration
 
-# Digits capped so int() never meets a number too long to convert.
-_DURATION = re.compile(r"^(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?$")
-
+__all__ = ["CheckDefinition", "load_checks", "parse_duration"]
 
 class CheckDefinition(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """One entry of the check catalog."""
@@ -29,7 +26,8 @@ class CheckDefinition(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     phase: Phase
     needs_gpu: bool
     timeout: str
-    """Default timeout, Go-style (`90s`, `5m`, `1h30m`); a recipe may override it."""
+    """Default timeout (`90s`, `5m`, `1h30m`, `cairn.spec.duration`); a recipe may override
+    it."""
     description: str
     emits: dict[str, str] = {}
     """Reading name -> unit, for the phase constraints that test this check's result."""
@@ -42,25 +40,6 @@ class CheckDefinition(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
 
 class CheckCatalogFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     checks: list[CheckDefinition]
-
-
-def parse_duration(text: str) -> int:
-    """`90s` -> 90, `5m` -> 300, `1h30m` -> 5400.
-
-    Raises:
-        InvalidInput: the text is not a positive duration in h/m/s.
-    """
-    match = _DURATION.match(text.strip()) if text else None
-    if not match or not any(match.groups()):
-        raise InvalidInput(f"{text!r} is not a duration (use e.g. 90s, 5m, 1h30m)", field="timeout")
-    hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise InvalidInput("a timeout must be longer than 0s", field="timeout")
-    if total > MAX_DURATION_S:
-        raise InvalidInput(f"{text!r} is longer than the limit of {MAX_DURATION_S // 86400}d",
-                           field="timeout")
-    return total
 
 
 def load_checks(path: str | Path) -> dict[str, CheckDefinition]:
