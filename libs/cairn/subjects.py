@@ -18,6 +18,7 @@ from cairn.events import (
     DeploymentAccepted,
     DeploymentRejected,
     Event,
+    EvidenceRecorded,
     FederationSeeded,
     FederationSiteAdded,
     Heartbeat,
@@ -207,6 +208,13 @@ def evidence(site: str, recipe: str) -> str:
     return f"{ROOT}.evidence.{check_name(site, 'site')}.{check_name(recipe, 'recipe')}"
 
 
+def evidence_filter(site: str | None = None, recipe: str | None = None) -> str:
+    """Evidence of one site and recipe, or of every site (`None`) or recipe (`None`)."""
+    site_token = "*" if site is None else check_name(site, "site")
+    recipe_token = "*" if recipe is None else check_name(recipe, "recipe")
+    return f"{ROOT}.evidence.{site_token}.{recipe_token}"
+
+
 def health(service: str, site: str) -> str:
     return f"{ROOT}.health.{check_name(service, 'service')}.{check_name(site, 'site')}"
 
@@ -381,4 +389,6 @@ def subject_of(event: Event) -> str:
             return fed(_last(event))
         case DeadLettered():
             return deadletter(event.stream)
+        case EvidenceRecorded():
+            return evidence(event.site, event.recipe)
     raise InvalidName(f"no subject for event type {tag_of(event)!r}", field="type")

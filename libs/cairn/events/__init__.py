@@ -12,6 +12,7 @@ import msgspec
 
 from cairn.events.base import Event, now, stamp
 from cairn.events.deadletter import DeadLettered
+from cairn.events.evidence import EvidenceRecorded
 from cairn.events.federation import (
     FederationEvent,
     FederationSeeded,
@@ -73,7 +74,9 @@ StudyStreamEvent = StudyAdminEvent | JobEvent | SiteCommand | SiteJobEvent | Wor
 SiteStreamEvent = LaunchCommand
 FederationStreamEvent = FederationEvent
 DeadLetterStreamEvent = DeadLettered
-AnyEvent = StudyStreamEvent | SiteStreamEvent | FederationStreamEvent | DeadLettered | Heartbeat
+EvidenceStreamEvent = EvidenceRecorded
+AnyEvent = (StudyStreamEvent | SiteStreamEvent | FederationStreamEvent | DeadLettered | Heartbeat
+            | EvidenceRecorded)
 
 _encoder = msgspec.json.Encoder()
 
@@ -84,6 +87,7 @@ FEDERATION_DECODER: msgspec.json.Decoder[FederationStreamEvent] = msgspec.json.D
 )
 DEADLETTER_DECODER: msgspec.json.Decoder[DeadLettered] = msgspec.json.Decoder(DeadLettered)
 HEARTBEAT_DECODER: msgspec.json.Decoder[Heartbeat] = msgspec.json.Decoder(Heartbeat)
+EVIDENCE_DECODER: msgspec.json.Decoder[EvidenceRecorded] = msgspec.json.Decoder(EvidenceRecorded)
 ANY_DECODER: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 
 
@@ -119,7 +123,8 @@ def tag_of(event: Event | type[Event]) -> str:
 
 __all__ = [
     "JOB_TERMINAL", "AnyEvent", "CancelCommand", "DatasetMount", "DeadLettered", "DeployCommand",
-    "Deployment", "DeploymentAccepted", "DeploymentRejected", "Event", "FederationEvent",
+    "Deployment", "DeploymentAccepted", "DeploymentRejected", "Event", "EvidenceRecorded",
+    "EvidenceStreamEvent", "FederationEvent",
     "FederationSeeded", "FederationSite", "FederationSiteAdded", "FederationStreamEvent",
     "Heartbeat", "JobAborted", "JobCancelRequested", "JobCompleted", "JobDispatched", "JobEvent",
     "JobFailed", "JobQueued", "JobRunning", "JobSubmitted", "JobUnschedulable", "LaunchCancel",

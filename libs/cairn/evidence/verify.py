@@ -63,6 +63,10 @@ class Verification:
     statement: Statement | None = None
     signers: list[TrustedSigner] = field(default_factory=list)
     """The trusted, unrevoked (and accepted) signers whose signature verifies."""
+    recipe: Recipe | None = None
+    """The bundled recipe, when its digest is the signed one."""
+    snapshot: Snapshot | None = None
+    """The bundled snapshot, when it is the signed one."""
 
     @property
     def valid(self) -> bool:
@@ -119,7 +123,8 @@ def verify_bundle(files: Mapping[str, bytes], trust: TrustList, *, now: datetime
     checks = [envelope_check, signature_check, _manifest(files), _subjects(files, statement),
               snapshot_check, recipe_check, _constraints(files, recipe, snapshot),
               _freshness(statement, now, max_age), _result(statement)]
-    return Verification(checks=checks, statement=statement, signers=signers)
+    return Verification(checks=checks, statement=statement, signers=signers, recipe=recipe,
+                        snapshot=snapshot)
 
 
 def _open(files: Mapping[str, bytes]) -> tuple[dsse.Envelope | None, Statement | None,
