@@ -29,10 +29,10 @@ from cairn.recipes.model import (
     Component,
     Constraint,
     Criteria,
+    PhaseChecks,
     Provenance,
     Recipe,
     RecipeFile,
-    ValidationPhase,
 )
 from cairn.recipes.resolve import application_order, base_chain, query_value, resolve
 from cairn.recipes.versions import compare_versions, parse_version
@@ -49,13 +49,13 @@ __all__ = [
     "Criteria",
     "CriteriaCatalog",
     "ExpressionError",
+    "PhaseChecks",
     "PhaseVerdict",
     "Provenance",
     "Reading",
     "Recipe",
     "RecipeEntry",
     "RecipeFile",
-    "ValidationPhase",
     "application_order",
     "base_chain",
     "compare_versions",

@@ -136,7 +136,10 @@ class Check(msgspec.Struct, kw_only=True, frozen=True):
     source: str = ""
 
 
-class ValidationPhase(msgspec.Struct, kw_only=True, frozen=True):
+class PhaseChecks(msgspec.Struct, kw_only=True, frozen=True):
+    """A resolved recipe's checks and constraints for one validation phase (the validator's
+    event of a finished phase is `cairn.events.ValidationPhase`)."""
+
     checks: list[Check] = []
     constraints: list[Constraint] = []
 
@@ -159,7 +162,7 @@ class Recipe(msgspec.Struct, kw_only=True, frozen=True):
     """Recipe names merged, in order (base chain, mixins, overlays)."""
     constraints: list[Constraint]
     components: list[Component]
-    validation: dict[str, ValidationPhase]
+    validation: dict[str, PhaseChecks]
     """Declared phases only, in `PHASES` order."""
     provenance: list[Provenance] = []
 

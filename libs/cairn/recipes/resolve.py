@@ -25,9 +25,9 @@ from cairn.recipes.model import (
     Constraint,
     ConstraintSpec,
     Criteria,
+    PhaseChecks,
     Provenance,
     Recipe,
-    ValidationPhase,
 )
 
 Path = tuple[str, ...]
@@ -160,7 +160,7 @@ class _Merger:
             for _, c in sorted(self.components.items())
             if c.pop("enabled", True)
         ]
-        validation: dict[str, ValidationPhase] = {}
+        validation: dict[str, PhaseChecks] = {}
         for phase in PHASES:
             if phase not in self.phases:
                 continue
@@ -168,7 +168,7 @@ class _Merger:
             for check_name, check in sorted(self.phases[phase]["checks"].items()):
                 check.setdefault("timeout", catalog.checks[check_name].timeout)
                 checks.append(msgspec.convert(check, Check))
-            validation[phase] = ValidationPhase(
+            validation[phase] = PhaseChecks(
                 checks=checks, constraints=_constraints(self.phases[phase]["constraints"], order)
             )
         provenance = [
