@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration bench lint schemas check-schemas setup clean
+.PHONY: demo test test-unit test-integration bench lint schemas check-schemas setup clean images
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test-integration: $(STAMP)
 
 bench: $(STAMP)
 	@$(PY) tools/bench.py
+
+# The worker image, from this checkout and this host's Python (no registry): docker load'ed
+# into the engine at DOCKER_HOST. deploy/images/worker/build.py --help for more.
+images: $(STAMP)
+	$(PY) deploy/images/worker/build.py --load
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tools tests examples

@@ -12,7 +12,9 @@
 
 A worker is built from the environment the launcher sets (the contract in DESIGN.md):
 `CAIRN_NATS_URL`, `CAIRN_STUDY`, `CAIRN_JOB`, `CAIRN_SITE`, `CAIRN_ROLE`, `CAIRN_RANK`,
-`CAIRN_ATTEMPT`, `CAIRN_WORKDIR`, `CAIRN_DATA`, `CAIRN_PARAMS` (JSON) and `TRACEPARENT`.
+`CAIRN_ATTEMPT`, `CAIRN_WORKDIR`, `CAIRN_DATA`, `CAIRN_PARAMS` (JSON) and `TRACEPARENT`;
+`CAIRN_ALLOCATION` says what the site allocated, and `Worker.from_env()` proves it before the
+job's code runs (`cairn.worker.allocation`: on a GPU mismatch the process exits 78).
 
 The SDK never reports a user's error over the bus: an exception ends the process non-zero
 with its traceback in the worker's log, and the launcher reports the exit (cause `crashed`).
@@ -39,7 +41,7 @@ import msgspec
 
 from cairn import subjects
 from cairn.bus import Bus, objects, replay
-from cairn.errors import CairnError, InvalidInput
+from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     STUDY_DECODER,
     Deployment,
@@ -51,6 +53,7 @@ from cairn.events import (
     WorkerResult,
     stamp,
 )
+from cairn.worker.allocation import prove_allocation
 from cairn.worker.dataplane import DataPlane, Handler, Message, RemoteError
 
 __all__ = ["Message", "RemoteError", "SyncWorker", "Worker", "WorkerEnvError", "main"]
@@ -96,6 +99,9 @@ class Worker:
             WorkerEnvError: a required variable is missing or malformed.
         """
         env = os.environ if environ is None else environ
+        if environ is None:
+            # Before any of the job's code: a worker on the wrong GPUs ends here, exit 78.
+            _prove_allocation_once()
         missing = [k for k in REQUIRED if not env.get(k)]
         if missing:
             raise WorkerEnvError(
@@ -115,6 +121,24 @@ class Worker:
                    rank=rank, attempt=attempt, workdir=workdir,
                    data_dir=Path(env.get("CAIRN_DATA") or workdir / "data"), params=params,
                    traceparent=env.get("TRACEPARENT") or None)
+
+    def secret(self, name: str) -> str:
+        """A secret the site gave this worker (study_runtime.yaml `secret_env`).
+
+        Secrets are files, never environment values: `<NAME>_FILE` holds the path of a
+        read-only file with the value (`/cairn/secrets/<NAME>` in a container).
+
+        Raises:
+            NotFound: the site gave no such secret, or its file is gone.
+        """
+        path = os.environ.get(f"{name}_FILE")
+        if not path:
+            raise NotFound(f"no secret {name!r}: the site's study_runtime.yaml gives this "
+                           f"study no secret_env {name} ({name}_FILE is not set)")
+        try:
+            return Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise NotFound(f"secret {name!r}: cannot read {path}: {exc.strerror}") from None
 
     # -- connection ----------------------------------------------------------------------
 
@@ -245,6 +269,15 @@ class Worker:
                 note(r.event)
 
         await asyncio.wait_for(catch_up(), timeout)
+
+
+_proved: list[bool] = []
+
+
+def _prove_allocation_once() -> None:
+    if not _proved:
+        prove_allocation()  # exits on a mismatch
+        _proved.append(True)
 
 
 def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:

@@ -7,7 +7,9 @@ It then:
 1. changes to the working directory and pins CPUs (the child inherits both);
 2. forks and execs the real command; in the child, before exec, it joins the worker's cgroup
    or sets RLIMIT_AS, so the wrapper itself stays outside the memory limit and survives an
-   OOM kill of the worker to write the record;
+   OOM kill of the worker to write the record; for a program that is not Python, it then
+   proves the allocation (`cairn.worker.allocation`: a worker that can use more or fewer GPUs
+   than it asked for exits 78 before its program runs; Python workers check in the SDK);
 3. blocks SIGTERM/SIGINT/SIGHUP for itself (the process backend starts it with them blocked
    already): the launcher signals the whole process group, so the worker gets the signal
    directly, and the wrapper must outlive it to write the record. The worker unblocks them
@@ -87,12 +89,37 @@ def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         confine(cgroup_procs, rlimit_as)
+        if "CAIRN_ALLOCATION" in os.environ and not _is_python(argv[0]):
+            prove_allocation()
         os.execvp(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
         try:
             os.write(report, f"{type(exc).__name__}: {exc}".encode())
         finally:
             os._exit(SPAWN_FAILED)
+
+
+def _is_python(program: str) -> bool:
+    # A Python worker proves its allocation itself, through the SDK (with NVML, which this
+    # wrapper cannot import); the wrapper checks for every other program.
+    return os.path.basename(program).startswith("python")
+
+
+def prove_allocation() -> None:
+    """In the worker, before exec: compare what it can see with `CAIRN_ALLOCATION`, and exit
+    with `cairn.worker.allocation.MISMATCH_EXIT` on a GPU mismatch (see that module, which is
+    loaded by path: this wrapper runs with -I -S and cannot import cairn)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "worker", "allocation.py")
+    spec = importlib.util.spec_from_file_location("_cairn_allocation", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no allocation check at {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_cairn_allocation"] = module
+    spec.loader.exec_module(module)
+    module.prove_allocation()
 
 
 def prepare(cwd: str, cpus: str) -> tuple[int, int]:
