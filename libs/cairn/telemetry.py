@@ -1,11 +1,11 @@
 """OpenTelemetry for Cairn: one tracer provider, W3C trace context over NATS headers.
 
 Tracing is on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (OTLP/HTTP export, batched) or when
-`setup(..., exporter=...)` is given one. Off, OpenTelemetry is not even imported (it costs a
-parent or a worker tens of milliseconds at start): the traceparent a message came with is
-still carried to whatever its handler publishes, through a context variable. The
-traceparent header is written and parsed by hand: the generic propagator machinery costs more
-than a publish on this path.
+`setup(..., exporter=...)` is given one. The trace context travels in W3C `traceparent` and
+`tracestate` headers, written and read by OpenTelemetry's W3C propagator
+(`TraceContextTextMapPropagator`). Off, OpenTelemetry is not even imported (it costs a parent
+or a worker tens of milliseconds at start): the trace headers a message came with are carried
+unchanged to whatever its handler publishes, through a context variable.
 """
 
 from __future__ import annotations
@@ -19,15 +19,54 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
-    from opentelemetry.trace import SpanContext, Tracer
+    from opentelemetry.trace import Tracer
 
 TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
-# With tracing off: the traceparent of the message being handled, passed on to publishes;
+_propagator: Any = None
+TraceHeaders = dict[str, str]
+"""`traceparent` (and `tracestate` when there is one), ready to merge into message headers."""
+
+
+def _env_headers() -> TraceHeaders:
+    out = {}
+    for header, var in ((TRACEPARENT, "TRACEPARENT"), (TRACESTATE, "TRACESTATE")):
+        value = os.environ.get(var)
+        if value:
+            out[header] = value
+    return out
+
+
+# With tracing off: the trace headers of the message being handled, passed on to publishes;
 # in a worker, the job's (TRACEPARENT, from the launcher) until a message says otherwise.
-_passed_on: ContextVar[str | None] = ContextVar("cairn_traceparent",
-                                                default=os.environ.get("TRACEPARENT") or None)
+# The default is never mutated: every change sets a new dict.
+_passed_on: ContextVar[TraceHeaders] = ContextVar("cairn_trace_headers",
+                                                  default=_env_headers())  # noqa: B039
+
+
+def _w3c() -> Any:
+    global _propagator
+    if _propagator is None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        _propagator = TraceContextTextMapPropagator()
+    return _propagator
+
+
+def _headers_of(span: Any) -> TraceHeaders:
+    """The W3C headers that make `span` the parent of whatever receives them."""
+    from opentelemetry import trace
+
+    carrier: TraceHeaders = {}
+    _w3c().inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
+def _context_of(headers: dict[str, str] | None) -> Any:
+    """The OpenTelemetry context a message's W3C headers carry (an empty one if none)."""
+    return _w3c().extract(carrier=headers or {})
 
 
 def setup(service_name: str, *, exporter: SpanExporter | None = None,
@@ -70,41 +109,23 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-def format_traceparent(ctx: SpanContext) -> str:
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
-
-
-def parse_traceparent(value: str | None) -> SpanContext | None:
-    """Parse a W3C traceparent header; None when absent or malformed."""
-    if not value:
-        return None
-    parts = value.strip().split("-")
-    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
-        return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
-    except ValueError:
-        return None
-    if trace_id == 0 or span_id == 0:
-        return None
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True,
-                       trace_flags=TraceFlags(flags))
-
-
 def current_traceparent() -> str | None:
     """The traceparent of the current span, for handing to a worker (`TRACEPARENT`)."""
+    return current_headers().get(TRACEPARENT)
+
+
+def current_headers() -> TraceHeaders:
+    """The trace headers of the current span (or those passed on, with tracing off)."""
     if _tracer is None:
         return _passed_on.get()
     from opentelemetry import trace
 
-    ctx = trace.get_current_span().get_span_context()
-    return format_traceparent(ctx) if ctx.is_valid else None
+    span = trace.get_current_span()
+    return _headers_of(span) if span.get_span_context().is_valid else {}
 
 
-def start_producer(subject: str, message_id: str) -> tuple[Any, str | None]:
-    """Start a PRODUCER span for one publish; returns (span or None, traceparent to send)."""
+def start_producer(subject: str, message_id: str) -> tuple[Any, TraceHeaders]:
+    """Start a PRODUCER span for one publish; returns (span or None, trace headers to send)."""
     tracer = _tracer
     if tracer is None:
         return None, _passed_on.get()
@@ -115,7 +136,7 @@ def start_producer(subject: str, message_id: str) -> tuple[Any, str | None]:
         attributes={"messaging.system": "nats", "messaging.destination.name": subject,
                     "messaging.operation.type": "publish", "messaging.message.id": message_id},
     )
-    return span, format_traceparent(span.get_span_context())
+    return span, _headers_of(span)
 
 
 class ProducerBatch:
@@ -129,11 +150,12 @@ class ProducerBatch:
     def __init__(self, limit: int = 1000) -> None:
         self.limit = limit
         self._span: Any = None
-        self._traceparent: str | None = None
+        self._headers: TraceHeaders = {}
         self._parent: Any = None
         self._count = 0
 
-    def traceparent(self, subject: str) -> str | None:
+    def headers(self, subject: str) -> TraceHeaders:
+        """The trace headers for the next message of the batch (opening a span as needed)."""
         tracer = _tracer
         if tracer is None:
             return _passed_on.get()
@@ -148,36 +170,34 @@ class ProducerBatch:
                 f"{subject} publish", kind=SpanKind.PRODUCER,
                 attributes={"messaging.system": "nats", "messaging.destination.name": subject,
                             "messaging.operation.type": "publish"})
-            self._traceparent = format_traceparent(self._span.get_span_context())
+            self._headers = _headers_of(self._span)
         self._count += 1
-        return self._traceparent
+        return self._headers
 
     def end(self) -> None:
         if self._span is not None:
             self._span.set_attribute("messaging.batch.message_count", self._count)
             self._span.end()
-        self._span, self._traceparent, self._count = None, None, 0
+        self._span, self._headers, self._count = None, {}, 0
 
 
 @contextmanager
 def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str,
                   message_id: str | None = None) -> Iterator[None]:
-    """Run a handler inside a CONSUMER span whose parent is the message's traceparent."""
-    incoming = (headers or {}).get(TRACEPARENT)
+    """Run a handler inside a CONSUMER span whose parent is the message's trace context."""
     tracer = _tracer
     if tracer is None:
         # Tracing off here, but keep the caller's trace flowing to anything published next.
+        incoming = {k: v for k in (TRACEPARENT, TRACESTATE) if (v := (headers or {}).get(k))}
         token = _passed_on.set(incoming)
         try:
             yield
         finally:
             _passed_on.reset(token)
         return
-    from opentelemetry import trace
-    from opentelemetry.trace import NonRecordingSpan, SpanKind
+    from opentelemetry.trace import SpanKind
 
-    remote = parse_traceparent(incoming)
-    parent_ctx = trace.set_span_in_context(NonRecordingSpan(remote)) if remote else None
+    parent_ctx = _context_of(headers)
     attributes: dict[str, str] = {"messaging.system": "nats",
                                   "messaging.destination.name": subject,
                                   "messaging.operation.type": "process",
@@ -203,4 +223,4 @@ def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
 def reset_from_env() -> None:
     """Take the job's trace context from `TRACEPARENT` again (for a process whose environment
     was replaced after this module was imported: a worker forked from a warm interpreter)."""
-    _passed_on.set(os.environ.get("TRACEPARENT") or None)
+    _passed_on.set(_env_headers())

@@ -96,3 +96,45 @@ async def test_trace_context_crosses_a_publish_consume_hop(
     follow_up = one(spans, "PRODUCER", subjects.subject_of(queued))
     assert follow_up.trace_id == producer.trace_id
     assert follow_up.parent_span_id == consumer.span_id
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["tracing-off", "tracing-on"])
+async def test_tracestate_travels_with_the_trace(bus: Bus, tracing: bool) -> None:
+    """A caller's W3C `tracestate` (vendor data) crosses a hop, whether this side traces or
+    only passes the context on."""
+    study = f"state-{'on' if tracing else 'off'}"
+    await bus.ensure_study(study)
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    incoming = {telemetry.TRACEPARENT: f"00-{trace_id}-{parent}-01",
+                telemetry.TRACESTATE: "vendor=abc,other=1"}
+    first = ev.JobQueued(**ev.stamp(), source="test@hub", study=study, job="j-1")
+    second = ev.JobQueued(**ev.stamp(), source="test@hub", study=study, job="j-2")
+    seen: dict[str, Delivery] = {}
+    done = asyncio.Event()
+
+    async def handler(event: ev.StudyStreamEvent, delivery: Delivery) -> None:
+        seen[event.id] = delivery
+        if event.id == first.id:
+            await bus.publish(second)
+        else:
+            done.set()
+
+    with OtlpReceiver() as receiver:
+        if tracing:
+            assert telemetry.setup("test", endpoint=receiver.endpoint)
+        try:
+            sub = Subscription(bus, stream=subjects.study_stream(study).name, durable="state",
+                               filters=[subjects.study_jobs(study)], decoder=ev.STUDY_DECODER,
+                               handler=handler, fetch_timeout=0.2)
+            await sub.start()
+            try:
+                await bus.publish_bytes(subjects.subject_of(first), ev.encode(first),
+                                        msg_id=first.id, headers=incoming)
+                await asyncio.wait_for(done.wait(), 10)
+            finally:
+                await sub.stop()
+        finally:
+            telemetry.shutdown()
+    headers = seen[second.id].headers
+    assert headers[telemetry.TRACESTATE] == "vendor=abc,other=1"
+    assert headers[telemetry.TRACEPARENT].split("-")[1] == trace_id

@@ -46,12 +46,25 @@ class Bus:
     async def connect(cls, url: str | list[str], *, name: str = "cairn",
                       tls: ssl.SSLContext | None = None, creds: str | None = None,
                       connect_timeout: float = 2.0, retry_for: float = 0.0,
-                      on_event: Callable[[str], None] | None = None) -> Bus:
+                      on_event: Callable[[str], None] | None = None,
+                      nkey_seed: str | None = None) -> Bus:
         """Connect, retrying with backoff for up to `retry_for` seconds.
 
         Once connected, the client reconnects by itself forever: a restarted server is
         picked up without the caller doing anything.
+
+        `creds` is a Cairn credentials file (see `cairn.trust`): its JWT also travels as the
+        connect token for the federation's authority, and replies come to an inbox named by
+        the credential's key, which only this connection may read. `nkey_seed` is a file
+        with a bare nkey seed (the authority's own static users).
         """
+        auth: dict[str, Any] = {}
+        if creds is not None:
+            from cairn.trust.connect import creds_options
+
+            auth = creds_options(creds)
+        elif nkey_seed is not None:
+            auth = {"nkeys_seed": nkey_seed}
         servers = [url] if isinstance(url, str) else list(url)
         deadline = time.monotonic() + retry_for
         delay = 0.05
@@ -68,7 +81,11 @@ class Bus:
             await note("reconnected")
 
         async def error(exc: Exception) -> None:
-            log.debug("nats error: %s", exc)
+            # The server refuses what an identity may not do without raising anywhere else.
+            if "permissions violation" in str(exc).lower():
+                log.warning("nats refused: %s", exc)
+            else:
+                log.debug("nats error: %s", exc)
 
         while True:
             try:
@@ -76,7 +93,7 @@ class Bus:
                 # are allowed: probe it first, and bound the handshake.
                 await _probe(servers, connect_timeout)
                 nc = await asyncio.wait_for(nats.connect(
-                    servers, name=name, tls=tls, user_credentials=creds,
+                    servers, name=name, tls=tls, **auth,
                     connect_timeout=int(max(1, connect_timeout)), allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
@@ -158,10 +175,8 @@ class Bus:
 
     def _headers(self, subject: str, msg_id: str,
                  extra: dict[str, str] | None) -> tuple[dict[str, str], Any]:
-        span, traceparent = telemetry.start_producer(subject, msg_id)
-        headers = {MSG_ID: msg_id}
-        if traceparent is not None:
-            headers[telemetry.TRACEPARENT] = traceparent
+        span, trace_headers = telemetry.start_producer(subject, msg_id)
+        headers = {MSG_ID: msg_id, **trace_headers}
         if extra:
             headers.update(extra)
         return headers, span
@@ -197,10 +212,7 @@ class Bus:
         Pipelined publishes share one PRODUCER span per batch (see `telemetry.ProducerBatch`).
         """
         subject = subject or subjects.subject_of(event)
-        headers = {MSG_ID: event.id}
-        traceparent = self._batch.traceparent(subject)
-        if traceparent is not None:
-            headers[telemetry.TRACEPARENT] = traceparent
+        headers = {MSG_ID: event.id, **self._batch.headers(subject)}
         future: asyncio.Future[Any] = await self.js.publish_async(subject, encode(event),
                                                                   headers=headers)
         return future
@@ -225,10 +237,7 @@ class Bus:
 
     async def request(self, subject: str, payload: bytes, *, timeout: float = 5.0,
                       headers: dict[str, str] | None = None) -> bytes:
-        hdrs = dict(headers or {})
-        traceparent = telemetry.current_traceparent()
-        if traceparent:
-            hdrs.setdefault(telemetry.TRACEPARENT, traceparent)
+        hdrs = {**telemetry.current_headers(), **(headers or {})}
         try:
             msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs or None)
         except NoRespondersError:

@@ -18,6 +18,7 @@ import msgspec
 
 from cairn.errors import InvalidInput
 from cairn.spec._located import Located
+from cairn.spec.duration import parse_duration
 from cairn.spec.images import image_problem
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
 from cairn.yamlfile import PathKey, convert, parse, read_text
@@ -30,6 +31,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTRACT = ("CAIRN_", "TRACEPARENT")
 _SECRET_SOURCE = re.compile(r"^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/\S+|k8s:[a-z0-9.-]+/\S+)$")
 _PATTERN = re.compile(r"^[A-Za-z0-9._/:@*?\[\]-]+$")
+# DNS-1123 subdomain: namespaces, service accounts, priority and runtime classes, secrets.
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ImagePolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -70,14 +73,38 @@ class DockerPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     runtime: str | None = None
 
 
-class KubernetesPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`pod_template` is resolved to an absolute path (relative to the runtime file)."""
+class Toleration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A pod toleration, spelled as in a Kubernetes pod spec (so it can be copied from one)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None  # noqa: N815 - the Kubernetes spelling
+
+
+class KubernetesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A study's pods at a Kubernetes site (docs/sites/kubernetes.md).
+
+    `pod_template` is resolved to an absolute path (relative to the runtime file); `affinity`
+    is a Kubernetes `Affinity` object, passed through as written. `pending_timeout` bounds
+    how long a pod may stay Pending before it ends with cause `unschedulable`.
+    """
 
     namespace: str | None = None
     service_account: str | None = None
     node_selector: dict[str, str] = {}
-    tolerations: tuple[dict[str, Any], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    affinity: dict[str, Any] | None = None
+    priority_class: str | None = None
+    runtime_class: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
     pod_template: str | None = None
+    pending_timeout: int | str = 600  # seconds once loaded; "10m" as written
+
+
+KubernetesPolicy = KubernetesSettings  # the name it had first
+
 
 
 class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -114,7 +141,7 @@ class _RawPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     secret_env: dict[str, SecretRef] = {}
     limits: _RawLimits | None = None
     docker: DockerPolicy | None = None
-    kubernetes: KubernetesPolicy | None = None
+    kubernetes: KubernetesSettings | None = None
     slurm: SlurmPolicy | None = None
 
 
@@ -132,7 +159,7 @@ class StudyPolicy(msgspec.Struct, frozen=True, kw_only=True):
     secret_env: dict[str, SecretRef] = {}
     limits: StudyLimits = msgspec.field(default_factory=StudyLimits)
     docker: DockerPolicy | None = None
-    kubernetes: KubernetesPolicy | None = None
+    kubernetes: KubernetesSettings | None = None
     slurm: SlurmPolicy | None = None
 
 
@@ -203,9 +230,7 @@ def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPo
                 (*at, "secret_env", key, "source"),
                 f"{ref.source!r}: use env:VAR, file:/path or k8s:secret/key",
             )
-    kube = raw.kubernetes
-    if kube is not None and kube.pod_template is not None:
-        kube = msgspec.structs.replace(kube, pod_template=str((base / kube.pod_template).resolve()))
+    kube = _kubernetes(where, (*at, "kubernetes"), raw.kubernetes, base)
     return StudyPolicy(
         images=images,
         datasets=raw.datasets,
@@ -232,6 +257,26 @@ def _limits(where: Located, at: PathKey, raw: _RawLimits | None) -> StudyLimits:
         else where.check((*lim, "memory"), parse_memory, raw.memory),
         concurrent_jobs=raw.concurrent_jobs,
     )
+
+
+def _kubernetes(
+    where: Located, at: PathKey, raw: KubernetesSettings | None, base: Path
+) -> KubernetesSettings | None:
+    if raw is None:
+        return None
+    for field in ("namespace", "service_account", "priority_class", "runtime_class"):
+        value = getattr(raw, field)
+        if value is not None and not _K8S_NAME.fullmatch(value):
+            raise where.error((*at, field), f"{value!r} is not a Kubernetes object name")
+    for index, secret in enumerate(raw.image_pull_secrets):
+        if not _K8S_NAME.fullmatch(secret):
+            raise where.error(
+                (*at, "image_pull_secrets", index), f"{secret!r} is not a Kubernetes Secret name"
+            )
+    timeout = where.check((*at, "pending_timeout"), parse_duration, raw.pending_timeout)
+    # Read at launch (so an edit needs no reload), where a missing file fails that launch.
+    template = None if raw.pod_template is None else str((base / raw.pod_template).resolve())
+    return msgspec.structs.replace(raw, pod_template=template, pending_timeout=timeout)
 
 
 def _env_name(where: Located, path: PathKey, key: str) -> None:
