@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet --config-settings editable_mode=strict -e '.[dev,docker,gpu]'
+	$(PY) -m pip install --quiet --config-settings editable_mode=strict -e '.[dev,docker,gpu,kubernetes]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -34,6 +34,27 @@ class _RawInventory(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     memory: _Scalar | None = None
 
 
+class KubernetesCluster(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a `backend: kubernetes` site's launcher and snapshotter reach the cluster's API.
+
+    At most one of `kubeconfig` (with an optional `context`), `api_url` (with `token_file`
+    and `ca_file`) or `in_cluster: true`; none of them means the default kubeconfig (as
+    kubectl finds it). Paths are resolved against the site.yaml's folder. `namespace` is
+    where pods go for a study whose `kubernetes:` settings name none. `workdir_claim` is a
+    ReadWriteMany PVC that holds the site `workdir` (the launcher mounts it there): each
+    worker gets its own folder of it as `/cairn/work`, code bundle included.
+    """
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    api_url: str | None = None
+    token_file: str | None = None
+    ca_file: str | None = None
+    in_cluster: bool = False
+    namespace: str = "default"
+    workdir_claim: str | None = None
+
+
 class _RawSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     site: str
     federation: str
@@ -43,6 +64,7 @@ class _RawSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     workdir: str
     runtime: str = DEFAULT_RUNTIME
     gpu_ids: list[str | int] | None = None
+    kubernetes: KubernetesCluster | None = None
 
 
 class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +80,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
         runtime: Absolute path of the study_runtime.yaml (relative ones are resolved against
             the site.yaml's folder).
         gpu_ids: GPU indexes or UUIDs the agent hands out (CUDA_VISIBLE_DEVICES), if given.
+        kubernetes: The cluster's API, for `backend: kubernetes` (paths made absolute).
     """
 
     site: str
@@ -68,6 +91,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str
     runtime: str
     gpu_ids: tuple[str, ...] = ()
+    kubernetes: KubernetesCluster | None = None
 
 
 def discover_inventory() -> ResourceRequest:
@@ -132,7 +156,29 @@ def parse_site_config(
         workdir=str((base / Path(raw.workdir).expanduser()).resolve()),
         runtime=str((base / raw.runtime).resolve()),
         gpu_ids=gpu_ids,
+        kubernetes=_kubernetes(where, raw.kubernetes, base),
     )
+
+
+def _kubernetes(where: Located, raw: KubernetesCluster | None, base: Path
+                ) -> KubernetesCluster | None:
+    if raw is None:
+        return None
+    ways = [name for name, given in (("kubeconfig", raw.kubeconfig), ("api_url", raw.api_url),
+                                     ("in_cluster", raw.in_cluster)) if given]
+    if len(ways) > 1:
+        raise where.error(("kubernetes", ways[1]), f"give one of {' or '.join(ways)}, not both")
+    if raw.api_url is not None:
+        parts = urlsplit(raw.api_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise where.error(("kubernetes", "api_url"),
+                              f"{raw.api_url!r} is not an API URL (example: https://k8s:6443)")
+    if raw.context is not None and raw.kubeconfig is None and (raw.api_url or raw.in_cluster):
+        raise where.error(("kubernetes", "context"), "a context belongs to a kubeconfig")
+    paths = {name: str((base / Path(value).expanduser()).resolve())
+             for name in ("kubeconfig", "token_file", "ca_file")
+             if (value := getattr(raw, name)) is not None}
+    return msgspec.structs.replace(raw, **paths)
 
 
 def _inventory(

@@ -45,7 +45,8 @@ class Capability(enum.Flag):
 
 
 # The part of JOBSPEC's closed cause set that a backend can observe about one worker.
-ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "infrastructure"]
+ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "infrastructure",
+                    "unschedulable"]
 
 
 def make_launch_id(job: str, site: str, role: str, rank: int, attempt: int) -> str:
@@ -85,6 +86,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
         image: The container image (container backends; the process backend ignores it).
         platform: The study's settings for this site's backend, from study_runtime.yaml
             (`{"docker": {...}}`, `{"kubernetes": {...}}`, `{"slurm": {...}}`).
+        secret_refs: Secret references the backend resolves itself, unread by the launcher
+            (`k8s:<secret>/<key>` on the kubernetes backend: mounted, never read).
     """
 
     launch_id: str
@@ -107,6 +110,7 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     timeout_s: float | None = None
     image: str = ""
     platform: dict[str, Any] = {}
+    secret_refs: dict[str, str] = {}
 
     def __repr__(self) -> str:
         # Specs end up in logs and tracebacks; secret values must not.
