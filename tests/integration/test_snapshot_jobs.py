@@ -9,7 +9,6 @@ from pathlib import Path
 from cairn import events as ev
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.snapshot import flatten
-from cairn.snapshot.remote import ask
 from tests.fixtures.federation import connect, make_federation
 from tests.integration.cp_helpers import study_events
 
@@ -23,7 +22,7 @@ async def test_node_facts_come_from_a_collection_job_through_the_launcher(
         await fed.wait_healthy(60)
         client = await connect(fed)
         try:
-            snap = await ask(client.bus, "site-a", timeout=60)
+            snap = await client.snapshot("site-a", timeout=60)
         finally:
             await client.close()
         host = socket.gethostname()
