@@ -1,0 +1,482 @@
+"""The `kubernetes` backend: each worker is one pod (`restartPolicy: Never`) in its study's
+namespace, through the official `kubernetes` client (`pip install 'cairn[kubernetes]'`).
+
+    site.yaml: backend: kubernetes
+               kubernetes: {kubeconfig: ..., namespace: ..., workdir_claim: ...}
+
+The pod is built by `kubernetes_pod.build_pod` (which fields Cairn owns over the study's pod
+template is written there) and labelled with its launch (`cairn.launch` = a hash of the launch
+id; the id itself is the `cairn.launch-id` annotation), so a restarted launcher finds it by
+label. Its state comes from one watch per namespace, which wakes each pod's own loop; that
+loop also reads the pod every `poll_s`, so a watch that drops events costs latency, never a
+missed exit. A pod pending past its study's `pending_timeout` is deleted and ends with cause
+`unschedulable` and the reason `kubernetes_status.pending_reason` found. Cancel deletes the
+pod (the kubelet sends SIGTERM, SIGKILL after the grace period). When a pod ends, its log is
+copied to `worker.log` and its end to `.cairn/pod.json` in the worker's local folder, then the
+pod is deleted: the cluster keeps no finished pods, and a launcher that restarts after the
+deletion still knows how the worker ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cairn import kube
+from cairn.errors import CairnError, Conflict, InvalidInput, NotFound
+from cairn.launcher.backends._watching import find_watch, stop_watching, stream_log, wait_watched
+from cairn.launcher.backends._workdir import (
+    CONTROL_DIR,
+    LOG_NAME,
+    dir_name,
+    prepare_workdir,
+    read_chunk,
+    split_entrypoint,
+)
+from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
+from cairn.launcher.backends.errors import LaunchFailed
+from cairn.launcher.backends.kubernetes_pod import (
+    ANNOTATION_LAUNCH,
+    CONTAINER,
+    LABEL_LAUNCH,
+    MANAGED_BY,
+    build_pod,
+    launch_label,
+)
+from cairn.launcher.backends.kubernetes_status import (
+    Pending,
+    events_of,
+    has_ended,
+    is_running,
+    outcome,
+    pending_reason,
+)
+from cairn.launcher.backends.kubernetes_watch import NamespaceWatch
+from cairn.spec.duration import parse_duration
+from cairn.spec.runtime import KubernetesSettings
+from cairn.spec.site import KubernetesCluster
+from cairn.yamlfile import parse, read_text
+
+__all__ = ["RBAC_RULES", "KubernetesBackend"]
+
+RBAC_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list",
+                                                         "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+)
+"""Every API call this backend makes, as a namespaced Role's rules (in each study namespace)."""
+
+ANNOTATION_PENDING = "cairn.pending-timeout-s"
+RECORD = "pod.json"
+
+
+@dataclass
+class _Watch:
+    handle: LaunchHandle
+    namespace: str
+    name: str
+    pending_timeout_s: float
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    latest: dict[str, Any] | None = None
+    cancelled: bool = False
+    timed_out: bool = False
+    task: asyncio.Task[WorkerExit] | None = None
+
+
+def _where(handle: LaunchHandle) -> tuple[str, str]:
+    namespace, _, name = handle.native_id.partition("/")
+    return namespace, name
+
+
+def _owned_by(pod: dict[str, Any], launch_id: str) -> bool:
+    # Checked here as well as in the label selector: a server or proxy that ignores the
+    # selector must not make this launcher adopt or delete a pod that is not this launch's.
+    meta = pod.get("metadata") or {}
+    return ((meta.get("labels") or {}).get(LABEL_LAUNCH) == launch_label(launch_id)
+            and (meta.get("annotations") or {}).get(ANNOTATION_LAUNCH) == launch_id)
+
+
+class KubernetesBackend:
+    """Workers as pods.
+
+    Args:
+        workdir: The site workdir; each worker's local folder (log, end record, and with a
+            `workdir_claim` the folder the pod sees) is `<workdir>/workers/<launch id>`.
+        cluster: site.yaml's `kubernetes:` section (the API, default namespace, claim).
+        grace_s: Time between SIGTERM and SIGKILL when a timeout stops a worker.
+        poll_s: How often a pod's loop reads its pod even when the watch is quiet.
+        request_timeout_s: The bound on every API call.
+        watch_s: How long one watch request lasts before it is made again.
+    """
+
+    name = "kubernetes"
+
+    def __init__(self, workdir: str | Path, *, cluster: KubernetesCluster | None = None,
+                 grace_s: float = 10.0, poll_s: float = 2.0, request_timeout_s: float = 15.0,
+                 watch_s: float = 30.0) -> None:
+        self.root = Path(workdir)
+        self.cluster = cluster or KubernetesCluster()
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.request_timeout_s = request_timeout_s
+        self.watch_s = watch_s
+        self.capabilities = (Capability.CONTAINERS | Capability.GPU | Capability.CANCEL
+                             | Capability.RECONCILE | Capability.MEMORY_LIMIT)
+        self._api: Any = None
+        self._core_api: Any = None
+        self._watches: dict[str, _Watch] = {}
+        self._ended: dict[str, WorkerExit] = {}
+        self._namespace_watches: dict[str, NamespaceWatch] = {}
+
+    # -- the Backend protocol -------------------------------------------------------------
+
+    async def launch(self, spec: LaunchSpec) -> LaunchHandle:
+        """Create the worker's pod.
+
+        Raises:
+            InvalidInput: no image, a bad entrypoint, setting, dataset or secret source.
+            Conflict: this launch's pod exists (reattach instead).
+            LaunchFailed: the pod template is unreadable; the API refused the pod.
+        """
+        if not spec.image:
+            raise InvalidInput("the kubernetes backend needs an image: set images.default for "
+                               "the study in study_runtime.yaml, or image in the job spec",
+                               field="image")
+        if spec.secret_env:
+            raise InvalidInput("on Kubernetes a secret is a Kubernetes Secret, mounted as a "
+                               f"file: give {', '.join(sorted(spec.secret_env))} a source "
+                               "k8s:<secret>/<key> in study_runtime.yaml", field="secret_env")
+        argv = split_entrypoint(spec.entrypoint)
+        settings = _settings(spec.platform)
+        await self._connect()
+        namespace = settings.namespace or self.cluster.namespace
+        template = await asyncio.to_thread(_template, settings.pod_template)
+        if not self.cluster.workdir_claim and await asyncio.to_thread(_has_code, spec.code_dir):
+            raise InvalidInput("this job has code, and a pod sees the launcher's files only "
+                               "through a shared volume: set kubernetes.workdir_claim in "
+                               "site.yaml", field="kubernetes.workdir_claim")
+        pod = build_pod(spec, argv, settings=settings, cluster=self.cluster,
+                        namespace=namespace, work_subpath=f"workers/{dir_name(spec.launch_id)}",
+                        template=template, grace_s=self.grace_s)
+        pending_s = float(settings.pending_timeout)
+        pod["metadata"]["annotations"][ANNOTATION_PENDING] = f"{pending_s:g}"
+        local = msgspec.structs.replace(spec, datasets={})  # they are claims, not paths here
+        workdir = await asyncio.to_thread(prepare_workdir, local, self.root)
+        try:
+            await self._call(self._core().create_namespaced_pod, namespace, pod)
+        except BaseException as exc:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            where = f"pod {namespace}/{pod['metadata']['name']}"
+            if isinstance(exc, Conflict):
+                raise Conflict(f"{where} exists: launch {spec.launch_id} was started before",
+                               field="launch_id") from None
+            if isinstance(exc, CairnError):
+                raise LaunchFailed(f"the cluster refused {where}: {exc}") from None
+            raise
+        handle = LaunchHandle(
+            launch_id=spec.launch_id, backend=self.name,
+            native_id=f"{namespace}/{pod['metadata']['name']}", workdir=str(workdir),
+            log_path=str(workdir / LOG_NAME), started_at=datetime.now(UTC),
+            memory_limit="kubernetes" if spec.memory_bytes else "none",
+            timeout_s=spec.timeout_s)
+        self._start_watch(handle, pending_s)
+        return handle
+
+    async def wait(self, handle: LaunchHandle) -> WorkerExit:
+        """Wait for the pod to end (bounded by its timeouts) and say how it ended."""
+        return await wait_watched(self, handle)
+
+    async def started(self, handle: LaunchHandle) -> WorkerExit | None:
+        """Wait until the worker's container runs (None), or how it ended before it did."""
+        watch = await find_watch(self, handle)
+        while isinstance(watch, _Watch):
+            if watch.latest is not None and is_running(watch.latest):
+                return None
+            assert watch.task is not None
+            done, _ = await asyncio.wait({watch.task}, timeout=self.poll_s)
+            if done:
+                ended: WorkerExit = watch.task.result()
+                return ended
+        return watch if isinstance(watch, WorkerExit) else None
+
+    async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
+        """Delete the pod (SIGTERM, SIGKILL after `grace_s`); returns once it is gone."""
+        watch = await find_watch(self, handle)
+        if isinstance(watch, WorkerExit):
+            return
+        watch.cancelled = True
+        await self._stop(watch, grace_s)
+        assert watch.task is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch.task), grace_s + 30.0)
+
+    async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
+        """Find a pod again after a launcher restart, by its launch label: the handle while
+        it runs, else how it ended (from the pod, or from the end record it left)."""
+        if handle.backend != self.name:
+            raise InvalidInput(f"handle is for backend {handle.backend!r}, not {self.name!r}",
+                               field="backend")
+        ended = self._ended.get(handle.launch_id)
+        if ended is not None:
+            return ended
+        if handle.launch_id in self._watches:
+            return handle
+        namespace, _ = _where(handle)
+        await self._connect()
+        found = await self._call(self._core().list_namespaced_pod, namespace,
+                                 label_selector=f"{LABEL_LAUNCH}={launch_label(handle.launch_id)}")
+        pods = [p for p in found.get("items") or [] if _owned_by(p, handle.launch_id)]
+        if not pods:
+            return await self._finish(self._new_watch(handle, 0.0), None)
+        pod = pods[0]
+        annotations = pod["metadata"].get("annotations") or {}
+        pending_s = float(annotations.get(ANNOTATION_PENDING) or 0) or 600.0
+        moved = msgspec.structs.replace(handle, native_id=f"{namespace}/{pod['metadata']['name']}")
+        if has_ended(pod):
+            return await self._finish(self._new_watch(moved, pending_s), pod)
+        self._start_watch(moved, pending_s, latest=pod)
+        return moved
+
+    async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """Its output: from the pod log API while the pod lives, from `worker.log` after."""
+        def read(offset: int) -> Awaitable[bytes]:
+            if handle.launch_id in self._watches:
+                return self._pod_log(handle, offset)
+            return asyncio.to_thread(read_chunk, Path(handle.log_path), offset)
+
+        async for chunk in stream_log(read, lambda: handle.launch_id in self._watches,
+                                      follow=follow, poll_s=self.poll_s):
+            yield chunk
+
+    async def close(self) -> None:
+        """Stop watching; the pods keep running, for a restarted launcher to find."""
+        await stop_watching(self._watches)
+        for namespace_watch in self._namespace_watches.values():
+            namespace_watch.stop()
+        self._namespace_watches.clear()
+        if self._api is not None:
+            api, self._api, self._core_api = self._api, None, None
+            await asyncio.to_thread(api.close)
+
+    # -- watching -------------------------------------------------------------------------
+
+    def _new_watch(self, handle: LaunchHandle, pending_s: float) -> _Watch:
+        namespace, name = _where(handle)
+        return _Watch(handle=handle, namespace=namespace, name=name, pending_timeout_s=pending_s)
+
+    def _start_watch(self, handle: LaunchHandle, pending_s: float,
+                     latest: dict[str, Any] | None = None) -> None:
+        watch = self._new_watch(handle, pending_s)
+        watch.latest = latest
+        self._watches[handle.launch_id] = watch
+        if watch.namespace not in self._namespace_watches:
+            self._namespace_watches[watch.namespace] = NamespaceWatch(
+                self._core(), watch.namespace, self._on_pod_event,
+                selector=",".join(f"{k}={v}" for k, v in MANAGED_BY.items()),
+                watch_s=self.watch_s)
+        watch.task = asyncio.create_task(self._watch(watch), name=f"watch {handle.launch_id}")
+
+    def _on_pod_event(self, namespace: str, pod: dict[str, Any], deleted: bool) -> None:
+        """From the namespace's watch (on the event loop): wake the pod's loop."""
+        launch_id = str(((pod.get("metadata") or {}).get("annotations") or {}).get(
+            ANNOTATION_LAUNCH, ""))
+        watch = self._watches.get(launch_id)
+        if watch is None or watch.namespace != namespace or not _owned_by(pod, launch_id):
+            return
+        watch.latest = None if deleted else pod
+        watch.changed.set()
+
+    async def _watch(self, watch: _Watch) -> WorkerExit:
+        handle = watch.handle
+        while True:
+            pod = await self._read(watch)
+            watch.latest = pod
+            if pod is None or has_ended(pod):
+                return await self._finish(watch, pod)
+            age = (datetime.now(UTC) - handle.started_at).total_seconds()
+            if not is_running(pod) and age >= watch.pending_timeout_s and not watch.cancelled:
+                return await self._unschedulable(watch, pod, age)
+            if (handle.timeout_s is not None and age >= handle.timeout_s
+                    and not (watch.timed_out or watch.cancelled)):
+                watch.timed_out = True
+                await self._stop(watch, self.grace_s)
+            watch.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watch.changed.wait(), self.poll_s)
+
+    async def _read(self, watch: _Watch) -> dict[str, Any] | None:
+        """The pod now; None once it is gone. A failing API is retried by the loop."""
+        try:
+            pod: dict[str, Any] = await self._call(self._core().read_namespaced_pod,
+                                                   watch.name, watch.namespace)
+        except NotFound:
+            return None
+        except CairnError:
+            return watch.latest or {}  # the API is unreachable: look again next poll
+        return pod if _owned_by(pod, watch.handle.launch_id) else None
+
+    async def _unschedulable(self, watch: _Watch, pod: dict[str, Any], age: float
+                             ) -> WorkerExit:
+        try:
+            listed = await self._call(self._core().list_namespaced_event, watch.namespace,
+                                      field_selector=f"involvedObject.name={watch.name}")
+            events = events_of(pod, list(listed.get("items") or []))
+        except CairnError:
+            events = []  # no Events (none yet, or no right to list them): the pod says enough
+        reason = pending_reason(pod, events) or Pending("pending", "the cluster gave no reason")
+        await self._delete(watch, 0)
+        ended = WorkerExit(launch_id=watch.handle.launch_id, exit_code=None,
+                           cause="unschedulable", ended_at=datetime.now(UTC),
+                           message=f"pending for {age:.0f} s, past its pending_timeout of "
+                                   f"{watch.pending_timeout_s:g} s: {reason}")
+        return await self._record(watch, ended)
+
+    async def _stop(self, watch: _Watch, grace_s: float) -> None:
+        # The log goes with the pod: keep what it has before asking it to stop.
+        await self._save_log(watch)
+        await self._delete(watch, grace_s)
+
+    async def _finish(self, watch: _Watch, pod: dict[str, Any] | None) -> WorkerExit:
+        handle = watch.handle
+        now = datetime.now(UTC)
+        if pod is not None:
+            await self._save_log(watch)
+            code, cause, message = outcome(pod)
+        else:
+            kept = await asyncio.to_thread(_read_record, handle.workdir)
+            if kept is not None and not (watch.cancelled or watch.timed_out):
+                self._forget(handle)
+                self._ended[handle.launch_id] = kept
+                return kept
+            code, cause = None, "infrastructure"
+            message = "its pod is gone: deleted by someone else, or while the launcher was down"
+        if watch.timed_out and code != 0:
+            cause, message = "timeout", (f"ran past its timeout of {handle.timeout_s:g} s and "
+                                         "its pod was deleted")
+        elif watch.cancelled and code != 0:
+            cause, message = "cancelled", "cancelled; its pod was deleted"
+        ended = WorkerExit(launch_id=handle.launch_id, exit_code=code, cause=cause,
+                           message=message, ended_at=now)
+        ended = await self._record(watch, ended)
+        if pod is not None:
+            await self._delete(watch, 0)
+        return ended
+
+    async def _record(self, watch: _Watch, ended: WorkerExit) -> WorkerExit:
+        # Written before the pod is deleted: a launcher that dies in between still knows.
+        await asyncio.to_thread(_write_record, watch.handle.workdir, ended)
+        self._ended[watch.handle.launch_id] = ended
+        self._forget(watch.handle)
+        return ended
+
+    def _forget(self, handle: LaunchHandle) -> None:
+        watch = self._watches.pop(handle.launch_id, None)
+        if watch is None:
+            return
+        namespace = watch.namespace
+        if not any(w.namespace == namespace for w in self._watches.values()):
+            stopped = self._namespace_watches.pop(namespace, None)
+            if stopped is not None:
+                stopped.stop()
+
+    # -- API calls ------------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        """Make the API client on first use (in a thread: it reads the kubeconfig).
+
+        Raises:
+            LaunchFailed: the client cannot be configured (or is not installed).
+        """
+        if self._api is None:
+            try:
+                api = await asyncio.to_thread(kube.api_client, self.cluster)
+            except CairnError as exc:
+                raise LaunchFailed(f"cannot reach the cluster: {exc}") from None
+            self._api, self._core_api = api, kube.core_api(api)
+
+    def _core(self) -> Any:
+        assert self._core_api is not None, "_connect() first"
+        return self._core_api
+
+    async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One API call in a thread, bounded, its answer as JSON.
+
+        Raises:
+            NotFound: 404 (the object is gone); other `CairnError`s as `kube.call` says.
+        """
+        return await asyncio.to_thread(kube.call, method, *args,
+                                       timeout_s=self.request_timeout_s, **kwargs)
+
+    async def _delete(self, watch: _Watch, grace_s: float) -> None:
+        with contextlib.suppress(CairnError):  # NotFound: gone already
+            await self._call(self._core().delete_namespaced_pod, watch.name, watch.namespace,
+                             grace_period_seconds=max(0, round(grace_s)))
+
+    async def _pod_log(self, handle: LaunchHandle, offset: int) -> bytes:
+        namespace, name = _where(handle)
+        try:
+            data: bytes = await asyncio.to_thread(
+                kube.call_raw, self._core().read_namespaced_pod_log, name, namespace,
+                container=CONTAINER, timeout_s=self.request_timeout_s)
+        except CairnError:
+            return b""  # not started yet, or gone: its output is in worker.log by then
+        return data[offset:]
+
+    async def _save_log(self, watch: _Watch) -> None:
+        data = await self._pod_log(watch.handle, 0)
+        if data:
+            await asyncio.to_thread(Path(watch.handle.log_path).write_bytes, data)
+
+
+def _settings(platform: dict[str, Any]) -> KubernetesSettings:
+    raw = platform.get("kubernetes") or {}
+    try:
+        settings = msgspec.convert(raw, KubernetesSettings)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(f"kubernetes settings: {exc}", field="kubernetes") from None
+    pending = parse_duration(settings.pending_timeout)  # seconds already, from the loader
+    return msgspec.structs.replace(settings, pending_timeout=pending)
+
+
+def _template(path: str | None) -> dict[str, Any] | None:
+    """The study's pod template (a Pod manifest), or None."""
+    if path is None:
+        return None
+    try:
+        doc = parse(read_text(Path(path)), path)
+    except InvalidInput as exc:
+        raise LaunchFailed(f"pod template: {exc}", file=path) from None
+    data = doc.data
+    if not isinstance(data, dict) or data.get("kind", "Pod") != "Pod" or not isinstance(
+            data.get("spec", {}), dict):
+        raise LaunchFailed("a pod template is a Pod manifest (kind: Pod, with a spec)",
+                           file=path)
+    return data
+
+
+def _has_code(code_dir: str) -> bool:
+    return any(p.name != ".complete" for p in Path(code_dir).iterdir())
+
+
+def _read_record(workdir: str) -> WorkerExit | None:
+    try:
+        return msgspec.json.decode((Path(workdir) / CONTROL_DIR / RECORD).read_bytes(),
+                                   type=WorkerExit)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def _write_record(workdir: str, ended: WorkerExit) -> None:
+    path = Path(workdir) / CONTROL_DIR / RECORD
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(msgspec.json.encode(ended))
