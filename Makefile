@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration bench lint schemas check-schemas setup clean images
+.PHONY: demo test test-unit test-integration bench lint schemas check-schemas cli-docs setup clean images
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,13 +19,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) tools/check_schemas.py
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
-	$(PY) -m pytest -q tests/unit tests/replay
+	$(PY) -m pytest -q -rs tests/unit tests/replay
 
 test-integration: $(STAMP)
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q -rs tests/integration
 
 bench: $(STAMP)
 	@$(PY) tools/bench.py
@@ -41,6 +41,9 @@ lint: $(STAMP)
 
 schemas: $(STAMP)
 	$(PY) tools/export_schemas.py
+
+cli-docs: $(STAMP)
+	$(PY) tools/cli_docs.py
 
 check-schemas: $(STAMP)
 	$(PY) tools/check_schemas.py $(if $(AGAINST),--against $(AGAINST))
