@@ -14,7 +14,9 @@ from cairn.agent.policy_file import RuntimeFile
 from cairn.bus import Delivery, kv, replay
 from cairn.errors import CairnError
 from cairn.events import (
+    FEDERATION_DECODER,
     STUDY_DECODER,
+    BackendDeclared,
     CancelCommand,
     DatasetMount,
     DeployCommand,
@@ -32,24 +34,16 @@ from cairn.events import (
 )
 from cairn.names import is_name
 from cairn.runtime.service import Runtime
-from cairn.spec.policy import StudyUsage, check_deployment
 from cairn.spec.resources import ResourceRequest
 from cairn.spec.site import SiteConfig, load_site_config
+from cairn.state import agent as agent_state
+from cairn.state.agent import AgentState
 
 log = logging.getLogger("cairn.agent")
 
-
-class Allocation:
-    __slots__ = ("gpus", "job", "launch_id", "resources", "study")
-
-    def __init__(self, launch_id: str, study: str, job: str, resources: Resources,
-                 gpus: list[str]) -> None:
-        self.launch_id, self.study, self.job = launch_id, study, job
-        self.resources, self.gpus = resources, gpus
-
-
-def launch_id_of(job: str, site: str, role: str, rank: int, attempt: int) -> str:
-    return f"{job}/{site}/{role}/{rank}/{attempt}"
+# How long a deploy waits for the site's launcher to declare its backend on a site's very
+# first start (later starts know it from the FEDERATION stream); past it the launcher checks.
+BACKEND_WAIT_S = 10.0
 
 
 class AgentService:
@@ -62,8 +56,9 @@ class AgentService:
         self.site_cfg: SiteConfig = load_site_config(config.site_config)
         self.site = self.site_cfg.site
         self.runtime_file = RuntimeFile(self.site_cfg.runtime)
-        self.allocations: dict[str, Allocation] = {}
-        self.decided: set[str] = set()
+        self.state = AgentState()
+        self.backend: BackendDeclared | None = None
+        self._backend_known = asyncio.Event()
         self.studies: set[str] = set()
         self.started_at = datetime.now(UTC)
         self.seq = 0
@@ -81,7 +76,8 @@ class AgentService:
         return self._ready
 
     def health(self) -> dict[str, Any]:
-        return {"allocations": len(self.allocations), "runtime_error": self.runtime_file.error}
+        return {"allocations": len(self.state.allocations),
+                "runtime_error": self.runtime_file.error}
 
     async def start(self, rt: Runtime) -> None:
         self.rt = rt
@@ -89,6 +85,7 @@ class AgentService:
         await rt.bus.ensure_site(self.site)
         await self._check_runtime_file()
         self._sites_kv = await kv(rt.bus, subjects.KV_SITES, Heartbeat)
+        await self._learn_backend()
         await self._scan_studies()
         await rt.subscribe_core(subjects.study_admin_all(), self._on_admin)
         await self._heartbeat()
@@ -98,6 +95,42 @@ class AgentService:
 
     async def stop(self) -> None:
         self._ready = False
+
+    # -- the launcher's backend -------------------------------------------------------------
+
+    async def _learn_backend(self) -> None:
+        assert self.rt is not None
+        subject = subjects.site_event(self.site, "backend")
+        await self.rt.subscribe_core(subject, self._on_backend)
+        async for item in replay(self.bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
+                                 filters=[subject]):
+            if isinstance(item.event, BackendDeclared):
+                self._declared(item.event)
+
+    async def _on_backend(self, msg: Any) -> None:
+        try:
+            event = FEDERATION_DECODER.decode(msg.data)
+        except Exception as exc:  # garbage on a core subject: nothing to dead-letter
+            log.warning("ignoring an undecodable backend declaration: %s", exc)
+            return
+        if isinstance(event, BackendDeclared):
+            self._declared(event)
+
+    def _declared(self, event: BackendDeclared) -> None:
+        if event.site == self.site:
+            self.backend = event
+            self._backend_known.set()
+
+    async def _capabilities(self) -> tuple[str, frozenset[str]] | None:
+        if not self._backend_known.is_set():
+            try:
+                async with asyncio.timeout(BACKEND_WAIT_S):
+                    await self._backend_known.wait()
+            except TimeoutError:
+                log.warning("the launcher of %s has not declared its backend", self.site)
+                return None
+        assert self.backend is not None
+        return self.backend.backend, frozenset(self.backend.capabilities)
 
     # -- studies --------------------------------------------------------------------------
 
@@ -116,26 +149,12 @@ class AgentService:
         stream = subjects.study_stream(study).name
         async for item in replay(self.bus, stream, STUDY_DECODER,
                                  filters=[subjects.site_job_events(study, self.site)]):
-            self._fold(item.event)
+            self.state = agent_state.apply(self.state, item.event)
         await self.rt.consume(
             stream=stream, durable=f"agent-{self.site}",
             filters=[subjects.site_cmds(study, self.site),
                      subjects.site_job_events(study, self.site, "exited")],
             decoder=STUDY_DECODER, handler=self._on_event)
-
-    def _fold(self, event: Any) -> None:
-        match event:
-            case DeploymentAccepted():
-                self.decided.add(event.launch_id)
-                self.allocations[event.launch_id] = Allocation(
-                    event.launch_id, event.study or "", event.job, event.resources,
-                    list(event.gpus))
-            case DeploymentRejected():
-                self.decided.add(launch_id_of(event.job, event.site, event.role, event.rank,
-                                              event.attempt))
-            case WorkerExited():
-                self.decided.add(event.launch_id)
-                self.allocations.pop(event.launch_id, None)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -147,69 +166,44 @@ class AgentService:
                 case CancelCommand():
                     await self._cancel(event)
                 case WorkerExited():
-                    self._fold(event)
-
-    def _usage(self, study: str) -> StudyUsage:
-        total = ResourceRequest()
-        jobs = set()
-        for a in self.allocations.values():
-            if a.study == study:
-                total = total + _request(a.resources)
-                jobs.add(a.job)
-        return StudyUsage(resources=total, jobs=frozenset(jobs))
+                    self.state = agent_state.apply(self.state, event)
 
     def free(self) -> Resources:
-        inv = self.site_cfg.inventory
-        used = Resources(gpus=0, millicpus=0, memory_bytes=0)
-        for a in self.allocations.values():
-            used = Resources(gpus=used.gpus + a.resources.gpus,
-                             millicpus=used.millicpus + a.resources.millicpus,
-                             memory_bytes=used.memory_bytes + a.resources.memory_bytes)
-        return Resources(gpus=inv.gpus - used.gpus, millicpus=inv.millicpus - used.millicpus,
-                         memory_bytes=inv.memory_bytes - used.memory_bytes)
+        return self.state.free(_resources(self.site_cfg.inventory))
 
-    def _gpu_ids(self) -> list[str]:
-        ids = list(self.site_cfg.gpu_ids) or [str(i) for i in range(self.site_cfg.inventory.gpus)]
-        taken = {g for a in self.allocations.values() for g in a.gpus}
-        return [g for g in ids if g not in taken]
+    def _gpu_ids_all(self) -> list[str]:
+        return list(self.site_cfg.gpu_ids) or [str(i)
+                                               for i in range(self.site_cfg.inventory.gpus)]
 
     async def _deploy(self, cmd: DeployCommand) -> None:
-        study = cmd.study or ""
-        launch_id = launch_id_of(cmd.job, self.site, cmd.role, cmd.rank, cmd.attempt)
-        if launch_id in self.decided:
-            return  # decided before (redelivery or replay): never twice
+        if agent_state.launch_id_of(cmd) in self.state.decided:
+            return  # decided before (redelivery, replay, a fresh copy): never twice
         runtime = self.runtime_file.current
-        decision = check_deployment(self.site_cfg.runtime, runtime, study,
-                                    _request(cmd.resources), cmd.image, self._usage(study),
-                                    job=cmd.job)
-        reason, message = (None, "")
-        if not decision.accepted:
-            reason, message = str(decision.cause), decision.message
-        else:
-            free = self.free()
-            want = cmd.resources
-            if (want.gpus > free.gpus or want.millicpus > free.millicpus
-                    or want.memory_bytes > free.memory_bytes):
-                reason = "infrastructure"
-                message = (f"site {self.site} is full: asked {_describe(want)}, "
-                           f"free {_describe(free)}")
+        verdict = agent_state.decide(
+            self.state, cmd, policy_file=self.site_cfg.runtime, runtime=runtime,
+            inventory=_resources(self.site_cfg.inventory), gpu_ids=self._gpu_ids_all(),
+            backend=await self._capabilities())
+        if verdict is None:
+            return
+        study, launch_id = cmd.study or "", verdict.launch_id
         base = {"at": now(), "source": f"agent@{self.site}", "study": study,
                 "actor": cmd.actor, "cause": cmd.id}
-        if reason is not None:
-            self.decided.add(launch_id)
-            await self.bus.publish(DeploymentRejected(
+        if verdict.reason is not None:
+            rejected = DeploymentRejected(
                 id=f"{launch_id}.rejected", **base, job=cmd.job, site=self.site,  # type: ignore[arg-type]
-                role=cmd.role, rank=cmd.rank, attempt=cmd.attempt, reason=reason,
-                message=message))
+                role=cmd.role, rank=cmd.rank, attempt=cmd.attempt, reason=verdict.reason,
+                message=verdict.message, missing_capability=verdict.missing_capability)
+            self.state = agent_state.apply(self.state, rejected)
+            await self.bus.publish(rejected)
             return
         assert runtime is not None
         policy = runtime.studies[study]
-        gpus = self._gpu_ids()[:cmd.resources.gpus]
+        gpus = list(verdict.gpus)
         accepted = DeploymentAccepted(
             id=f"{launch_id}.accepted", **base, job=cmd.job, site=self.site,  # type: ignore[arg-type]
             role=cmd.role, rank=cmd.rank, attempt=cmd.attempt, launch_id=launch_id,
             gpus=gpus, resources=cmd.resources)
-        self._fold(accepted)
+        self.state = agent_state.apply(self.state, accepted)
         await self.bus.publish(accepted)
         platform: dict[str, Any] = {}
         for key in ("docker", "kubernetes", "slurm"):
@@ -229,12 +223,11 @@ class AgentService:
         await self.bus.publish(request)
 
     async def _cancel(self, cmd: CancelCommand) -> None:
-        for a in list(self.allocations.values()):
-            if a.job == cmd.job:
-                await self.bus.publish(LaunchCancel(
-                    id=f"{a.launch_id}.cancel", at=now(), source=f"agent@{self.site}",
-                    study=a.study, actor=cmd.actor, cause=cmd.id, launch_id=a.launch_id,
-                    job=a.job, site=self.site, reason=cmd.reason, grace_s=cmd.grace_s))
+        for a in self.state.of_job(cmd.job):
+            await self.bus.publish(LaunchCancel(
+                id=f"{a.launch_id}.cancel", at=now(), source=f"agent@{self.site}",
+                study=a.study, actor=cmd.actor, cause=cmd.id, launch_id=a.launch_id,
+                job=a.job, site=self.site, reason=cmd.reason, grace_s=cmd.grace_s))
 
     # -- loops ----------------------------------------------------------------------------
 
@@ -244,7 +237,7 @@ class AgentService:
         hb = Heartbeat(**stamp(), source=f"agent@{self.site}", site=self.site, seq=self.seq,
                        backend=self.site_cfg.backend,
                        capacity=_resources(self.site_cfg.inventory), free=self.free(),
-                       running=len(self.allocations),
+                       running=len(self.state.allocations),
                        studies=sorted(runtime.studies) if runtime else [],
                        started_at=self.started_at)
         from cairn.events import encode
@@ -298,13 +291,6 @@ class AgentService:
                 log.debug("watch failed: %s", exc)
 
 
-def _request(r: Resources) -> ResourceRequest:
-    return ResourceRequest(gpus=r.gpus, millicpus=r.millicpus, memory_bytes=r.memory_bytes)
-
-
 def _resources(r: ResourceRequest) -> Resources:
     return Resources(gpus=r.gpus, millicpus=r.millicpus, memory_bytes=r.memory_bytes)
 
-
-def _describe(r: Resources) -> str:
-    return f"{r.gpus} gpus, {r.millicpus / 1000:g} cpus, {r.memory_bytes >> 20}Mi"

@@ -10,8 +10,11 @@ import msgspec
 from cairn.launcher.backends.base import LaunchHandle, WorkerExit
 
 
-class LaunchRecord(msgspec.Struct, kw_only=True):
+class LaunchRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What the launcher knows of one worker; a restarted launcher starts from these.
+
+    Frozen: the launcher folds its launches with `cairn.state.launch` and writes a new record
+    for each step (`msgspec.structs.replace`).
 
     Attributes:
         state: `launching` (record written, not yet started), `running` (handle known),

@@ -1,8 +1,9 @@
 """The launcher: turns launch requests into workers through the site's backend, watches them,
 cancels them, and after a restart reattaches to live workers and reports those that ended.
 
-Launch records in KV `launches_<site>` make it idempotent: a launch id seen once is never
-launched again.
+Its launches are a pure fold (`cairn.state.launch`) over the commands it takes and the worker
+facts it publishes; each step is also written as a record in KV `launches_<site>`, so a
+restarted launcher starts from them. A launch id seen once is never launched again.
 """
 
 from __future__ import annotations
@@ -22,17 +23,31 @@ from cairn.bus import KV, Delivery, kv, objects
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     SITE_DECODER,
+    BackendDeclared,
     LaunchCancel,
     LaunchRequested,
+    WorkerAllocation,
     WorkerExited,
     WorkerLaunching,
     WorkerRunning,
     now,
+    stamp,
 )
-from cairn.launcher.backends.base import Backend, LaunchHandle, LaunchSpec, WorkerExit, load_backend
+from cairn.launcher.backends.base import (
+    Backend,
+    Capability,
+    LaunchHandle,
+    LaunchSpec,
+    WorkerExit,
+    capability_names,
+    load_backend,
+)
+from cairn.launcher.backends.errors import ImageNotApproved
 from cairn.launcher.records import LaunchRecord, kv_key
 from cairn.runtime.service import Runtime
 from cairn.spec.site import SiteConfig, load_site_config
+from cairn.state import launch as launch_state
+from cairn.state.launch import Launches, LaunchState
 
 log = logging.getLogger("cairn.launcher")
 
@@ -48,7 +63,9 @@ class LauncherService:
         self.site = self.site_cfg.site
         self.workdir = Path(self.site_cfg.workdir)
         self.backend: Backend | None = None
+        self.launches = Launches()
         self.records: dict[str, LaunchRecord] = {}
+        """The durable side of each launch: the backend's handle and how it ended."""
         self.watchers: dict[str, asyncio.Task[None]] = {}
         self._kv: KV[LaunchRecord] | None = None
         self._ready = False
@@ -63,7 +80,7 @@ class LauncherService:
         return self._ready
 
     def health(self) -> dict[str, Any]:
-        running = sum(1 for r in self.records.values() if r.state != "exited")
+        running = len(self.launches.live())
         return {"backend": self.site_cfg.backend, "workers": running}
 
     async def start(self, rt: Runtime) -> None:
@@ -79,6 +96,11 @@ class LauncherService:
         self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord)
         async for _, record in self._kv.items():
             self.records[record.launch_id] = record
+            self.launches = launch_state.Launches(
+                launches={**self.launches.launches, record.launch_id: _state_of(record)})
+        await self.bus.publish(BackendDeclared(
+            **stamp(), source=f"launcher@{self.site}", site=self.site, backend=self.backend.name,
+            capabilities=capability_names(self.backend.capabilities)))
         await self._reconcile()
         await rt.consume(stream=subjects.site_stream(self.site).name, durable="launcher",
                          filters=[subjects.site_launch_all(self.site)], decoder=SITE_DECODER,
@@ -98,22 +120,21 @@ class LauncherService:
 
     async def _reconcile(self) -> None:
         assert self.backend is not None
-        for record in list(self.records.values()):
-            if record.state == "exited":
-                continue
+        for launch in self.launches.live():
+            record = self.records[launch.launch_id]
             if record.handle is None:
                 # Crashed between writing the record and starting the worker.
-                await self._report(record, WorkerExit(
+                await self._report(launch, WorkerExit(
                     launch_id=record.launch_id, exit_code=None, cause="infrastructure",
                     message="the launcher stopped while starting this worker", ended_at=now()))
                 continue
             found = await self.backend.reattach(record.handle)
             if isinstance(found, WorkerExit):
                 log.info("worker %s ended while the launcher was down", record.launch_id)
-                await self._report(record, found)
+                await self._report(launch, found)
             else:
                 log.info("reattached to worker %s", record.launch_id)
-                self._watch(record, found)
+                self._watch(launch, found)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -124,40 +145,60 @@ class LauncherService:
             case LaunchCancel():
                 await self._cancel(event)
 
-    async def _save(self, record: LaunchRecord) -> None:
+    async def _record(self, event: object, *, handle: LaunchHandle | None = None,
+                      exit: WorkerExit | None = None) -> LaunchState:
+        """Fold one step into the launches and write its record before anything follows."""
+        self.launches = launch_state.apply(self.launches, event)
+        launch = self.launches.get(getattr(event, "launch_id", ""))
+        assert launch is not None
+        previous = self.records.get(launch.launch_id)
+        record = LaunchRecord(
+            launch_id=launch.launch_id, study=launch.study, job=launch.job, site=launch.site,
+            role=launch.role, rank=launch.rank, attempt=launch.attempt,
+            state="launching" if launch.state == "requested" else launch.state,  # type: ignore[arg-type]
+            handle=handle or (previous.handle if previous else None),
+            exit=exit or (previous.exit if previous else None),
+            requested_at=launch.requested_at, cancelled=launch.cancelled)
         self.records[record.launch_id] = record
         assert self._kv is not None
         await self._kv.put(kv_key(record.launch_id), record)
+        return launch
 
-    def _event_base(self, record: LaunchRecord, what: str) -> dict[str, Any]:
-        return {"id": f"{record.launch_id}.{what}", "at": now(),
-                "source": f"launcher@{self.site}", "study": record.study, "job": record.job,
-                "site": self.site, "role": record.role, "rank": record.rank,
-                "attempt": record.attempt, "launch_id": record.launch_id}
+    def _event_base(self, launch: LaunchState, what: str) -> dict[str, Any]:
+        return {"id": f"{launch.launch_id}.{what}", "at": now(),
+                "source": f"launcher@{self.site}", "study": launch.study, "job": launch.job,
+                "site": self.site, "role": launch.role, "rank": launch.rank,
+                "attempt": launch.attempt, "launch_id": launch.launch_id}
 
     async def _launch(self, req: LaunchRequested) -> None:
         assert self.backend is not None
-        if req.launch_id in self.records:
-            return  # seen before: a launch id is launched at most once
-        record = LaunchRecord(launch_id=req.launch_id, study=req.study or "", job=req.job,
-                              site=self.site, role=req.role, rank=req.rank,
-                              attempt=req.attempt, requested_at=req.at)
-        await self._save(record)
-        await self.bus.publish(WorkerLaunching(**self._event_base(record, "launching"),
-                                               backend=self.backend.name, cause=req.id))
+        if not launch_state.is_new(self.launches, req.launch_id):
+            return  # seen before, under any message id: a launch id is launched at most once
+        launch = await self._record(req)
+        launching = WorkerLaunching(**self._event_base(launch, "launching"),
+                                    backend=self.backend.name, cause=req.id)
+        launch = await self._record(launching)
+        await self.bus.publish(launching)
         try:
+            if req.gpus and Capability.GPU not in self.backend.capabilities:
+                raise InvalidInput(f"this site's {self.backend.name} backend has no gpu "
+                                   f"capability; the worker asked for GPUs {req.gpus}")
             spec = await self._spec(req)
             handle = await self.backend.launch(spec)
         except CairnError as exc:
-            await self._report(record, WorkerExit(launch_id=req.launch_id, exit_code=None,
-                                                  cause="launch-failed", message=str(exc),
-                                                  ended_at=now()))
+            refused = isinstance(exc, ImageNotApproved)
+            await self._report(launch, WorkerExit(
+                launch_id=req.launch_id, exit_code=None,
+                cause="image-not-approved" if refused else "launch-failed", message=str(exc),
+                ended_at=now()))
             return
-        record.state, record.handle = "running", handle
-        await self._save(record)
-        await self.bus.publish(WorkerRunning(**self._event_base(record, "running"),
-                                             native_id=handle.native_id))
-        self._watch(record, handle)
+        running = WorkerRunning(**self._event_base(launch, "running"),
+                                native_id=handle.native_id, allocation=WorkerAllocation(
+                                    gpus=spec.gpus_asked, gpu_ids=list(spec.gpus),
+                                    cpus=list(handle.cpus), memory_bytes=spec.memory_bytes))
+        launch = await self._record(running, handle=handle)
+        await self.bus.publish(running)
+        self._watch(launch, handle)
 
     async def _spec(self, req: LaunchRequested) -> LaunchSpec:
         code_dir = await self._bundle(req.study or "", req.code_digest)
@@ -174,10 +215,23 @@ class LauncherService:
             launch_id=req.launch_id, job=req.job, study=req.study or "", site=self.site,
             role=req.role, rank=req.rank, attempt=req.attempt, entrypoint=req.entrypoint,
             code_dir=str(code_dir), env=env, study_env=dict(req.env),
-            secret_env=resolve_secrets(req.secret_refs), datasets=dict(req.datasets),
+            secret_env={**resolve_secrets(req.secret_refs), **self._worker_creds(req)},
+            datasets=dict(req.datasets),
             gpus=list(req.gpus), millicpus=req.resources.millicpus,
             memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
-            image=req.image or "", platform=dict(req.platform or {}))
+            image=req.image or "", platform=dict(req.platform or {}),
+            gpus_requested=req.resources.gpus)
+
+    def _worker_creds(self, req: LaunchRequested) -> dict[str, str]:
+        """In a secure federation, the worker's job-lifetime credential (secret files)."""
+        if not self.config.creds:
+            return {}
+        from cairn.trust.workers import worker_secrets
+
+        return worker_secrets(self.config.creds, self.config.tls_ca, study=req.study or "",
+                              job=req.job, site=self.site, role=req.role,
+                              attempt=req.attempt, launch_id=req.launch_id,
+                              timeout_s=req.timeout_s or None)
 
     async def _bundle(self, study: str, digest: str | None) -> Path:
         """The unpacked code bundle, cached per digest."""
@@ -202,49 +256,46 @@ class LauncherService:
         (dest / ".complete").touch()
         return dest
 
-    def _watch(self, record: LaunchRecord, handle: LaunchHandle) -> None:
-        self.watchers[record.launch_id] = asyncio.create_task(
-            self._wait(record, handle), name=f"watch:{record.launch_id}")
+    def _watch(self, launch: LaunchState, handle: LaunchHandle) -> None:
+        self.watchers[launch.launch_id] = asyncio.create_task(
+            self._wait(launch.launch_id, handle), name=f"watch:{launch.launch_id}")
 
-    async def _wait(self, record: LaunchRecord, handle: LaunchHandle) -> None:
+    async def _wait(self, launch_id: str, handle: LaunchHandle) -> None:
         assert self.backend is not None
         try:
             result = await self.backend.wait(handle)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("watching %s failed", record.launch_id)
-            result = WorkerExit(launch_id=record.launch_id, exit_code=None,
-                                cause="infrastructure", message=f"lost track: {exc}",
-                                ended_at=now())
-        await self._report(record, result)
-        self.watchers.pop(record.launch_id, None)
+            log.exception("watching %s failed", launch_id)
+            result = WorkerExit(launch_id=launch_id, exit_code=None, cause="infrastructure",
+                                message=f"lost track: {exc}", ended_at=now())
+        launch = self.launches.get(launch_id)
+        assert launch is not None
+        await self._report(launch, result)
+        self.watchers.pop(launch_id, None)
 
-    async def _report(self, record: LaunchRecord, result: WorkerExit) -> None:
-        cause = result.cause
-        if result.exit_code == 0:
-            cause = None  # a clean exit is a clean exit, even after a cancel
-        elif (record.cancelled and cause in ("crashed", None)
-              and (result.exit_code is None or result.exit_code >= 128)):
-            # Killed by a signal after we asked it to stop (the backend may not know, after a
-            # restart): that is the cancel. A worker that failed on its own keeps its cause.
-            cause = "cancelled"
-        await self.bus.publish(WorkerExited(**self._event_base(record, "exited"),
-                                            exit_code=result.exit_code, reason=cause,
-                                            message=result.message))
-        record.state, record.exit = "exited", result
-        await self._save(record)
+    async def _report(self, launch: LaunchState, result: WorkerExit) -> None:
+        # The latest state: a cancel may have arrived while the worker ran.
+        launch = self.launches.get(launch.launch_id) or launch
+        exited = WorkerExited(**self._event_base(launch, "exited"), exit_code=result.exit_code,
+                              reason=launch_state.exit_cause(launch, result.exit_code,
+                                                             result.cause),
+                              message=result.message)
+        # Published before it is recorded: a launcher killed in between reports it again on
+        # restart (the same message id), rather than never.
+        await self.bus.publish(exited)
+        await self._record(exited, exit=result)
 
     async def _cancel(self, cmd: LaunchCancel) -> None:
         assert self.backend is not None
+        launch = self.launches.get(cmd.launch_id)
         record = self.records.get(cmd.launch_id)
-        if record is None or record.state == "exited" or record.handle is None:
+        if launch is None or launch.exited or record is None or record.handle is None:
             return
-        record.cancelled = True
-        await self._save(record)
-        handle = record.handle
+        await self._record(cmd)
         assert self.rt is not None
-        self.rt.spawn(self.backend.cancel(handle, cmd.grace_s), f"cancel:{cmd.launch_id}")
+        self.rt.spawn(self.backend.cancel(record.handle, cmd.grace_s), f"cancel:{cmd.launch_id}")
 
     # -- logs -------------------------------------------------------------------------------
 
@@ -263,6 +314,18 @@ class LauncherService:
         return msgspec.json.encode({"ok": True, "result": {
             "data_b64": base64.b64encode(data).decode(), "offset": offset + len(data),
             "done": done}})
+
+
+def _state_of(record: LaunchRecord) -> LaunchState:
+    """A launch as its last record left it (a restarted launcher folds on from there)."""
+    exit = record.exit
+    return LaunchState(
+        launch_id=record.launch_id, study=record.study, job=record.job, site=record.site,
+        role=record.role, rank=record.rank, attempt=record.attempt, state=record.state,
+        requested_at=record.requested_at, updated_at=record.requested_at,
+        cancelled=record.cancelled, native_id=record.handle.native_id if record.handle else "",
+        exit_code=exit.exit_code if exit else None, reason=exit.cause if exit else None,
+        message=exit.message if exit else "")
 
 
 def _read_from(path: Path, offset: int, limit: int) -> bytes:

@@ -14,6 +14,7 @@ from cairn.events.base import Event, now, stamp
 from cairn.events.deadletter import DeadLettered
 from cairn.events.evidence import EvidenceRecorded
 from cairn.events.federation import (
+    BackendDeclared,
     FederationEvent,
     FederationSeeded,
     FederationSite,
@@ -122,7 +123,8 @@ def tag_of(event: Event | type[Event]) -> str:
 
 
 __all__ = [
-    "JOB_TERMINAL", "AnyEvent", "CancelCommand", "DatasetMount", "DeadLettered", "DeployCommand",
+    "JOB_TERMINAL", "AnyEvent", "BackendDeclared",
+    "CancelCommand", "DatasetMount", "DeadLettered", "DeployCommand",
     "Deployment", "DeploymentAccepted", "DeploymentRejected", "Event", "EvidenceRecorded",
     "EvidenceStreamEvent", "FederationEvent",
     "FederationSeeded", "FederationSite", "FederationSiteAdded", "FederationStreamEvent",

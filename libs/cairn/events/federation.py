@@ -50,6 +50,19 @@ class SiteConfigRejected(Event, tag="site.config-rejected", frozen=True, kw_only
     error: str
 
 
+class BackendDeclared(Event, tag="site.backend", frozen=True, kw_only=True):
+    """A site's launcher says which backend runs its workers and what that backend can do.
+
+    Published at every launcher start; the site's agent refuses a deployment that needs a
+    capability missing here. Capability names: `gpu`, `multi-node`, `containers`, `cancel`,
+    `reconcile`, `memory-limit`, `cpu-affinity`.
+    """
+
+    site: str
+    backend: str
+    capabilities: list[str] = []
+
+
 class Heartbeat(Event, tag="site.heartbeat", frozen=True, kw_only=True):
     """An agent's liveness and capacity. Not stored in a stream: latest kept in KV `sites`."""
 
@@ -130,5 +143,6 @@ class ValidationCompleted(Event, tag="validation.completed", frozen=True, kw_onl
 
 FederationEvent = (
     FederationSeeded | FederationSiteAdded | SiteConfigLoaded | SiteConfigRejected
+    | BackendDeclared
     | SnapshotRecorded | SnapshotDrift | ValidationStarted | ValidationPhase | ValidationCompleted
 )

@@ -51,7 +51,9 @@ class DeploymentAccepted(Event, tag="deployment.accepted", frozen=True, kw_only=
 
 class DeploymentRejected(Event, tag="deployment.rejected", frozen=True, kw_only=True):
     """The site's policy refused a worker: `reason` is the closed-set cause (site-policy,
-    image-not-approved, over-study-limit) and `message` says what to change."""
+    image-not-approved, over-study-limit) and `message` says what to change.
+    `missing_capability` names what the site's backend cannot do (`gpu`, `multi-node`,
+    `containers`) when that is why; "" otherwise."""
 
     job: str
     site: str
@@ -60,6 +62,7 @@ class DeploymentRejected(Event, tag="deployment.rejected", frozen=True, kw_only=
     attempt: int = 0
     reason: str
     message: str
+    missing_capability: str = ""
 
 
 class WorkerLaunching(Event, tag="worker.launching", frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ import msgspec
 
 from cairn.errors import InvalidInput
 from cairn.events.launch import DatasetMount
+from cairn.state.launch import make_launch_id
 
 __all__ = [
     "BACKENDS",
@@ -27,6 +28,7 @@ __all__ = [
     "LaunchHandle",
     "LaunchSpec",
     "WorkerExit",
+    "capability_names",
     "load_backend",
     "make_launch_id",
 ]
@@ -44,18 +46,15 @@ class Capability(enum.Flag):
     CPU_AFFINITY = enum.auto()
 
 
+def capability_names(capabilities: Capability) -> list[str]:
+    """The names a launcher declares (`site.backend`): `gpu`, `multi-node`, `containers`..."""
+    return sorted((flag.name or "").lower().replace("_", "-") for flag in Capability
+                  if flag in capabilities)
+
+
 # The part of JOBSPEC's closed cause set that a backend can observe about one worker.
 ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "infrastructure",
                     "unschedulable"]
-
-
-def make_launch_id(job: str, site: str, role: str, rank: int, attempt: int) -> str:
-    """The deterministic launch id, `<job>/<site>/<role>/<rank>/<attempt>`.
-
-    Rank is part of it (as in `cairn.events.launch.LaunchRequested`) so that two client ranks
-    of one role at one site never share a working directory.
-    """
-    return f"{job}/{site}/{role}/{rank}/{attempt}"
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):

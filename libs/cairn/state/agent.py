@@ -1,0 +1,203 @@
+"""A site agent's view: which deployments it decided and what they hold. A pure fold over the
+site's job events (accepted, rejected, exited), and the pure decision on a deploy command.
+
+A launch id decided once is never decided again, whatever message id its command arrives
+under: that is what keeps a replayed command from starting a second worker.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from cairn.events import (
+    DeployCommand,
+    DeploymentAccepted,
+    DeploymentRejected,
+    Resources,
+    WorkerExited,
+)
+from cairn.spec.policy import StudyUsage, check_deployment
+from cairn.spec.runtime import StudyRuntime
+from cairn.state.launch import make_launch_id
+
+GPU, MULTI_NODE, CONTAINERS = "gpu", "multi-node", "containers"
+"""Capability names a launcher declares for its backend (`site.backend`) and a deploy needs."""
+
+
+class Allocation(msgspec.Struct, frozen=True, kw_only=True):
+    """What one accepted deployment holds until its worker exits."""
+
+    launch_id: str
+    study: str
+    job: str
+    resources: Resources
+    gpus: tuple[str, ...] = ()
+
+
+class AgentState(msgspec.Struct, frozen=True, kw_only=True):
+    """Attributes:
+    allocations: Live allocations by launch id.
+    decided: Every launch id accepted or rejected here, live or not.
+    """
+
+    allocations: dict[str, Allocation] = {}
+    decided: frozenset[str] = frozenset()
+
+    def used(self) -> Resources:
+        """Everything the live allocations hold."""
+        total = Resources(gpus=0, millicpus=0, memory_bytes=0)
+        for a in self.allocations.values():
+            total = Resources(gpus=total.gpus + a.resources.gpus,
+                              millicpus=total.millicpus + a.resources.millicpus,
+                              memory_bytes=total.memory_bytes + a.resources.memory_bytes)
+        return total
+
+    def free(self, inventory: Resources) -> Resources:
+        used = self.used()
+        return Resources(gpus=inventory.gpus - used.gpus,
+                         millicpus=inventory.millicpus - used.millicpus,
+                         memory_bytes=inventory.memory_bytes - used.memory_bytes)
+
+    def of_study(self, study: str) -> list[Allocation]:
+        return [a for _, a in sorted(self.allocations.items()) if a.study == study]
+
+    def of_job(self, job: str) -> list[Allocation]:
+        return [a for _, a in sorted(self.allocations.items()) if a.job == job]
+
+    def free_gpus(self, gpu_ids: Sequence[str]) -> list[str]:
+        taken = {g for a in self.allocations.values() for g in a.gpus}
+        return [g for g in gpu_ids if g not in taken]
+
+
+def apply(state: AgentState, event: object) -> AgentState:
+    """Apply one site job event; others leave the state as it is."""
+    match event:
+        case DeploymentAccepted():
+            if event.launch_id in state.decided:
+                return state
+            allocation = Allocation(launch_id=event.launch_id, study=event.study or "",
+                                    job=event.job, resources=event.resources,
+                                    gpus=tuple(event.gpus))
+            return AgentState(allocations={**state.allocations, event.launch_id: allocation},
+                              decided=state.decided | {event.launch_id})
+        case DeploymentRejected():
+            launch_id = make_launch_id(event.job, event.site, event.role, event.rank,
+                                       event.attempt)
+            if launch_id in state.decided:
+                return state
+            return msgspec.structs.replace(state, decided=state.decided | {launch_id})
+        case WorkerExited():
+            if event.launch_id not in state.allocations and event.launch_id in state.decided:
+                return state
+            allocations = {k: v for k, v in state.allocations.items() if k != event.launch_id}
+            return AgentState(allocations=allocations, decided=state.decided | {event.launch_id})
+    return state
+
+
+def fold(events: Iterable[object], initial: AgentState | None = None) -> AgentState:
+    """`functools.reduce(apply, events, initial)`."""
+    return functools.reduce(apply, events, initial or AgentState())
+
+
+def launch_id_of(cmd: DeployCommand) -> str:
+    return make_launch_id(cmd.job, cmd.site, cmd.role, cmd.rank, cmd.attempt)
+
+
+def needed_capabilities(cmd: DeployCommand, default_image: str | None) -> dict[str, str]:
+    """What a deployment needs of the site's backend: capability name -> why, for people."""
+    needs: dict[str, str] = {}
+    if cmd.resources.gpus > 0:
+        needs[GPU] = f"it asks for {cmd.resources.gpus} GPU(s)"
+    # MULTI_NODE is declared by backends but no deployment can ask for several nodes yet:
+    # a job spec has no node count. The check belongs here once it does.
+    if cmd.image and cmd.image != default_image:
+        needs[CONTAINERS] = f"it asks for the image {cmd.image}"
+    return needs
+
+
+def missing_capability_message(why: str, capability: str, backend: str,
+                               capabilities: frozenset[str]) -> str:
+    """For people: what the deployment needs, that the site's backend lacks it, what to do."""
+    has = ", ".join(sorted(capabilities)) or "nothing declared"
+    return (f"{why}, but this site's {backend} backend has no {capability} capability "
+            f"(it has: {has}); drop that from the job, or run it at a site whose backend "
+            f"has it")
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent's answer to one deploy command.
+
+    Attributes:
+        reason: The closed-set cause when rejected; None when accepted.
+        missing_capability: The backend capability whose lack rejected it ("" otherwise).
+        gpus: The GPU ids given to an accepted deployment.
+    """
+
+    launch_id: str
+    reason: str | None = None
+    message: str = ""
+    missing_capability: str = ""
+    gpus: tuple[str, ...] = ()
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+
+def study_usage(state: AgentState, study: str) -> StudyUsage:
+    total = Resources(gpus=0, millicpus=0, memory_bytes=0)
+    for a in state.of_study(study):
+        total = Resources(gpus=total.gpus + a.resources.gpus,
+                          millicpus=total.millicpus + a.resources.millicpus,
+                          memory_bytes=total.memory_bytes + a.resources.memory_bytes)
+    return StudyUsage(resources=total, jobs=frozenset(a.job for a in state.of_study(study)))
+
+
+def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
+           runtime: StudyRuntime | None, inventory: Resources, gpu_ids: Sequence[str],
+           backend: tuple[str, frozenset[str]] | None) -> Verdict | None:
+    """Decide a deploy command; None when its launch id was decided before.
+
+    In order: the study's policy at this site, what the backend can do (`backend` is its name
+    and declared capabilities; None when the launcher has not declared them), then room.
+    """
+    launch_id = launch_id_of(cmd)
+    if launch_id in state.decided:
+        return None
+    study = cmd.study or ""
+    decision = check_deployment(policy_file, runtime, study, cmd.resources, cmd.image,
+                                study_usage(state, study), job=cmd.job)
+    if not decision.accepted:
+        return Verdict(launch_id=launch_id, reason=str(decision.cause),
+                       message=decision.message)
+    assert runtime is not None  # an accepted policy decision had a runtime
+    if backend is not None:
+        needs = needed_capabilities(cmd, runtime.studies[study].images.default)
+        for name in sorted(needs):
+            if name not in backend[1]:
+                return Verdict(launch_id=launch_id, reason="site-policy",
+                               missing_capability=name,
+                               message=missing_capability_message(needs[name], name, *backend))
+    full = over_capacity(state, cmd.resources, inventory, cmd.site)
+    if full is not None:
+        return Verdict(launch_id=launch_id, reason="infrastructure", message=full)
+    return Verdict(launch_id=launch_id,
+                   gpus=tuple(state.free_gpus(gpu_ids)[:cmd.resources.gpus]))
+
+
+def describe(r: Resources) -> str:
+    return f"{r.gpus} gpus, {r.millicpus / 1000:g} cpus, {r.memory_bytes >> 20}Mi"
+
+
+def over_capacity(state: AgentState, want: Resources, inventory: Resources,
+                  site: str) -> str | None:
+    """Why `want` does not fit in what the site has free, or None when it fits."""
+    free = state.free(inventory)
+    if (want.gpus > free.gpus or want.millicpus > free.millicpus
+            or want.memory_bytes > free.memory_bytes):
+        return f"site {site} is full: asked {describe(want)}, free {describe(free)}"
+    return None

@@ -1,0 +1,140 @@
+"""A site launcher's launches: a pure fold over launch commands and the worker facts it
+published. A launch id, once requested, is launched at most once; a launch never moves
+backwards.
+
+Per launch: requested -> launching -> running -> exited. A cancel marks it, it moves nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from cairn.events import LaunchCancel, LaunchRequested, WorkerExited, WorkerLaunching, WorkerRunning
+
+LAUNCH_ORDER = {"requested": 0, "launching": 1, "running": 2, "exited": 3}
+
+
+def make_launch_id(job: str, site: str, role: str, rank: int, attempt: int) -> str:
+    """The deterministic launch id, `<job>/<site>/<role>/<rank>/<attempt>`.
+
+    The agent builds it when it accepts a deployment and the launcher keys its records by it:
+    one id per worker attempt is what makes a replayed command start nothing new. Rank is
+    part of it so two ranks of one role at one site never share a working directory.
+    """
+    return f"{job}/{site}/{role}/{rank}/{attempt}"
+
+
+class LaunchState(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker attempt as the launcher knows it.
+
+    Attributes:
+        state: `requested`, `launching`, `running` or `exited`.
+        cancelled: A cancel arrived before it exited.
+        native_id: The backend's id of the worker, once running.
+        exit_code: The reported exit code (None: unknown, or not exited).
+        reason: The reported closed-set cause; None for a clean exit.
+    """
+
+    launch_id: str
+    study: str
+    job: str
+    site: str
+    role: str
+    rank: int = 0
+    attempt: int = 0
+    state: str = "requested"
+    requested_at: datetime | None = None
+    updated_at: datetime | None = None
+    cancelled: bool = False
+    native_id: str = ""
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str = ""
+
+    @property
+    def exited(self) -> bool:
+        return self.state == "exited"
+
+
+class Launches(msgspec.Struct, frozen=True, kw_only=True):
+    """Every launch of one site, by launch id."""
+
+    launches: dict[str, LaunchState] = {}
+
+    def get(self, launch_id: str) -> LaunchState | None:
+        return self.launches.get(launch_id)
+
+    def live(self) -> list[LaunchState]:
+        """Launches that have not exited, in launch-id order."""
+        return [s for _, s in sorted(self.launches.items()) if not s.exited]
+
+
+def _put(launches: Launches, state: LaunchState) -> Launches:
+    return msgspec.structs.replace(launches, launches={**launches.launches,
+                                                       state.launch_id: state})
+
+
+def _advance(launches: Launches, launch_id: str, state: str, at: datetime,
+             **changes: object) -> Launches:
+    current = launches.launches.get(launch_id)
+    if current is None or current.exited or LAUNCH_ORDER[state] < LAUNCH_ORDER[current.state]:
+        return launches
+    return _put(launches, msgspec.structs.replace(current, state=state, updated_at=at,
+                                                  **changes))
+
+
+def apply(launches: Launches, event: object) -> Launches:
+    """Apply one event; events of other launches or kinds leave the state as it is."""
+    match event:
+        case LaunchRequested():
+            if event.launch_id in launches.launches:
+                return launches  # requested again (a replay): still the first request
+            return _put(launches, LaunchState(
+                launch_id=event.launch_id, study=event.study or "", job=event.job,
+                site=event.site, role=event.role, rank=event.rank, attempt=event.attempt,
+                requested_at=event.at, updated_at=event.at))
+        case WorkerLaunching():
+            return _advance(launches, event.launch_id, "launching", event.at)
+        case WorkerRunning():
+            return _advance(launches, event.launch_id, "running", event.at,
+                            native_id=event.native_id)
+        case LaunchCancel():
+            current = launches.launches.get(event.launch_id)
+            if current is None or current.exited or current.cancelled:
+                return launches
+            return _put(launches, msgspec.structs.replace(current, cancelled=True,
+                                                          updated_at=event.at))
+        case WorkerExited():
+            return _advance(launches, event.launch_id, "exited", event.at,
+                            exit_code=event.exit_code, reason=event.reason,
+                            message=event.message)
+    return launches
+
+
+def fold(events: Iterable[object], initial: Launches | None = None) -> Launches:
+    """`functools.reduce(apply, events, initial)`."""
+    return functools.reduce(apply, events, initial or Launches())
+
+
+def is_new(launches: Launches, launch_id: str) -> bool:
+    """True when this launch id was never requested here: only then is it launched."""
+    return launch_id not in launches.launches
+
+
+def exit_cause(launch: LaunchState, exit_code: int | None, cause: str | None) -> str | None:
+    """The cause to report for how a backend saw a worker end.
+
+    A clean exit is a clean exit, even after a cancel. A worker killed by a signal after a
+    cancel arrived (the backend may not know, after a restart) ended by that cancel; one that
+    failed on its own keeps its cause.
+    """
+    if exit_code == 0:
+        return None
+    if (launch.cancelled and cause in ("crashed", None)
+            and (exit_code is None or exit_code >= 128)):
+        return "cancelled"
+    return cause
