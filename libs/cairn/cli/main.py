@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recipe": ("cairn.cli.recipe:recipe", "List, match, show and explain recipes."),
     "bundle": ("cairn.cli.bundle:bundle", "Render a recipe for Helm, Argo CD, Flux or Helmfile."),
     "validate": ("cairn.cli.validate:validate", "Validate a site against a recipe."),
+    "keys": ("cairn.cli.keys:keys", "Create Ed25519 signing keys."),
+    "evidence": ("cairn.cli.evidence:evidence", "Verify signed evidence; eligibility; submit."),
 }
 
 

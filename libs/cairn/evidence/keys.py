@@ -113,7 +113,8 @@ def create_key_files(stem: Path, *, overwrite: bool = False) -> SigningKey:
     if not overwrite:
         for path in (private_path, public_path):
             if path.exists():
-                raise Conflict(f"{path} exists; pass overwrite to replace it", file=str(path))
+                raise Conflict("exists; pass --force (overwrite=True) to replace it",
+                               file=str(path))
     key = SigningKey.generate()
     stem.parent.mkdir(parents=True, exist_ok=True)
     private_path.unlink(missing_ok=True)

@@ -69,12 +69,35 @@ class EmbeddedFederation:
     def federation_file(self) -> Path:
         return self.dir / "federation.yaml"
 
+    @property
+    def evidence_key(self) -> Path:
+        """The federation's first-party key: signs evidence (signer) and receipts
+        (coordinator)."""
+        return self.dir / "keys" / "federation.key"
+
+    @property
+    def trust_file(self) -> Path:
+        return self.dir / "trust.yaml"
+
+    def write_evidence_files(self) -> None:
+        """The federation's key pair and a trust list naming it, unless already there."""
+        from cairn.evidence.keys import create_key_files, load_signing_key
+        from cairn.evidence.trust import trust_entry
+
+        stem = self.evidence_key.with_suffix("")
+        key = (load_signing_key(self.evidence_key) if self.evidence_key.exists()
+               else create_key_files(stem))
+        if not self.trust_file.exists():
+            entry = trust_entry("federation", "first-party", key.verifying_key)
+            self.trust_file.write_text(yaml.safe_dump({"signers": [entry]}, sort_keys=False))
+
     # -- files ----------------------------------------------------------------------------
 
     def write_files(self, url: str) -> None:
         """Write federation.yaml, and site.yaml + local/study_runtime.yaml per site, unless an
         operator already wrote them (their edits win)."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.write_evidence_files()
         if not self.federation_file.exists():
             fed = {
                 "federation": "local", "hub": self.hub,
@@ -119,18 +142,21 @@ class EmbeddedFederation:
         loop)."""
         self._fork = fork
         if fork:
-            preload(("coordinator", "validator", *SITE_SERVICES))
+            preload(("coordinator", "validator", "signer", *SITE_SERVICES))
         self.nats = NatsServer(self.dir / "nats", port=self.port).start()
         url = self.nats.url
         self.write_files(url)
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
         options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
-        # The hub's own parent also runs the federation's coordinator and validator (each
-        # once per federation): on a small machine every interpreter started costs its
+        # The hub's own parent also runs the federation's coordinator, validator and signer
+        # (each once per federation): on a small machine every interpreter started costs its
         # imports, and `cairn run` runs several services in one process for this.
-        self._spawn("coordinator", self.hub, ("coordinator", "validator", *SITE_SERVICES),
-                    ["--federation", str(self.federation_file),
+        evidence = ["-O", f"evidence_key={self.evidence_key}",
+                    "-O", f"evidence_trust={self.trust_file}"]
+        self._spawn("coordinator", self.hub,
+                    ("coordinator", "validator", "signer", *SITE_SERVICES),
+                    ["--federation", str(self.federation_file), *evidence,
                      "--site-config", str(self.site_config(self.hub)), *options])
         for site in self.sites[1:]:
             self._spawn(f"site-{site}", site, SITE_SERVICES,

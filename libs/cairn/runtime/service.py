@@ -36,6 +36,7 @@ SERVICES: dict[str, str] = {
     "launcher": "cairn.launcher.service:LauncherService",
     "snapshotter": "cairn.snapshotter.service:SnapshotterService",
     "validator": "cairn.validator.service:ValidatorService",
+    "signer": "cairn.signer.service:SignerService",
 }
 
 

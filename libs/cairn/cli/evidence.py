@@ -1,0 +1,242 @@
+"""`cairn evidence verify|status|submit`: check signed evidence offline, see which sites it
+makes eligible, hand in a bundle validated elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cairn import subjects
+from cairn.bus import Bus
+from cairn.cli.output import emit, output_option, print_table
+from cairn.cli.session import run
+from cairn.errors import CairnError, InvalidInput, NotFound, Unavailable, from_dict
+from cairn.evidence.bundle import BundleFiles, pack, read_bundle
+from cairn.evidence.eligibility import Eligibility
+from cairn.evidence.status import eligibility
+from cairn.evidence.store import fetch_bundle, latest
+from cairn.evidence.trust import TrustList, load_trust
+from cairn.evidence.verify import Verification, verify_bundle
+from cairn.names import check_name
+from cairn.runtime import context as context_file
+from cairn.spec.duration import parse_duration
+
+DEFAULT_MAX_AGE = "7d"
+SUBMIT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+@asynccontextmanager
+async def connected() -> AsyncIterator[Bus]:
+    """The bus of the context file (or $CAIRN_NATS_URL), bounded in time."""
+    ctx = context_file.load()
+    assert ctx is not None  # load raises when there is no context
+    try:
+        bus = await asyncio.wait_for(
+            Bus.connect(ctx.nats_url, name="cairn-evidence", creds=ctx.creds,
+                        tls=context_file.tls_context(ctx.tls_ca, ctx.tls_cert, ctx.tls_key),
+                        connect_timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S + 1.0)
+    except TimeoutError:
+        raise Unavailable(f"cannot reach NATS at {ctx.nats_url}: is the federation up?") from None
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+@click.group(help="Verify signed evidence, show eligibility, submit bundles.")
+def evidence() -> None:
+    pass
+
+
+def default_trust_file() -> Path:
+    """$CAIRN_TRUST, else trust.yaml beside the context's federation (`cairn up`), else
+    .cairn/trust.yaml."""
+    if os.environ.get("CAIRN_TRUST"):
+        return Path(os.environ["CAIRN_TRUST"])
+    try:
+        ctx = context_file.load()
+    except CairnError:
+        ctx = None
+    if ctx is not None and ctx.dir:
+        return Path(ctx.dir) / "trust.yaml"
+    return Path(".cairn") / "trust.yaml"
+
+
+def trust_options(func: Any) -> Any:
+    func = click.option("--revoked", type=click.Path(dir_okay=False, path_type=Path),
+                        default=None, help="A revocation list (keys whose signatures no "
+                        "longer count).")(func)
+    return click.option("--trust", type=click.Path(dir_okay=False, path_type=Path),
+                        default=None, help="The trust list (default: $CAIRN_TRUST, else the "
+                        "trust.yaml of `cairn up`, else .cairn/trust.yaml).")(func)
+
+
+def load_trust_option(trust: Path | None, revoked: Path | None) -> TrustList:
+    path = trust or default_trust_file()
+    if not path.exists():
+        raise NotFound(f"no trust list at {path}: pass --trust FILE or set $CAIRN_TRUST",
+                       file=str(path))
+    return load_trust(path, revoked)
+
+
+def max_age_of(text: str) -> timedelta | None:
+    if text in ("any", "none"):
+        return None
+    try:
+        return timedelta(seconds=parse_duration(text))
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field="--max-age") from None
+
+
+VERIFY_HELP = """Verify an evidence bundle offline: BUNDLE is a directory or a tarball, or
+--site S --recipe R fetches the latest from the federation's `evidence` store
+(only the fetch uses the network).
+
+\b
+Checks: a trusted, unrevoked signature (--trust, --revoked; --signer limits
+whose count); every file digest in manifest.json and no file outside it; the
+statement's signed digests; the recipe digest recomputed from the bundled
+recipe; the constraints re-run against the bundled snapshot; freshness
+(--max-age, default 7d; `any` to skip). `-o json` names every check.
+
+\b
+Exit codes: 0 valid and the validation passed; 1 valid but the validation
+failed; 2 invalid (which check, and why, is printed); 3 unreadable bundle or
+trust list; 4 no such bundle or no evidence for --site/--recipe.
+"""
+
+
+@evidence.command("verify", help=VERIFY_HELP)
+@click.argument("bundle", required=False, type=click.Path(path_type=Path))
+@click.option("--site", default=None, help="Fetch the latest evidence of this site...")
+@click.option("--recipe", default=None, help="...for this recipe.")
+@click.option("--max-age", default=DEFAULT_MAX_AGE, show_default=True,
+              help="Oldest acceptable validation (e.g. 12h, 7d; `any`).")
+@click.option("--signer", "signers", multiple=True,
+              help="Accept only this signer name or role (repeatable).")
+@trust_options
+@output_option()
+def verify(bundle: Path | None, site: str | None, recipe: str | None, max_age: str,
+           signers: tuple[str, ...], trust: Path | None, revoked: Path | None,
+           output: str) -> None:
+    trust_list = load_trust_option(trust, revoked)
+    age = max_age_of(max_age)
+    if bundle is not None:
+        if site or recipe:
+            raise click.UsageError("give BUNDLE or --site/--recipe, not both")
+        files = read_bundle(bundle)
+    elif site and recipe:
+        files = run(_fetch_latest(check_name(site, "site"), check_name(recipe, "recipe")))
+    else:
+        raise click.UsageError("give BUNDLE, or --site and --recipe")
+    result = verify_bundle(files, trust_list, now=datetime.now(UTC), max_age=age,
+                           accepted_signers=signers)
+    emit(result.to_dict(), output, lambda _: _print_verification(result))
+    raise SystemExit(result.exit_code)
+
+
+async def _fetch_latest(site: str, recipe: str) -> BundleFiles:
+    async with connected() as bus:
+        found = await latest(bus, site, recipe)
+        if found is None:
+            raise NotFound(f"no evidence for {recipe} from {site}")
+        return await fetch_bundle(bus, found.bundle)
+
+
+def _print_verification(result: Verification) -> None:
+    rows = [(c.name, "ok" if c.passed else "FAILED", c.reason, c.message) for c in result.checks]
+    print_table(None, ("check", "outcome", "reason", "detail"), rows)
+    verdict = {0: "valid, validation passed", 1: "valid, validation FAILED",
+               2: "INVALID"}[result.exit_code]
+    click.echo(verdict)
+
+
+STATUS_HELP = """Per site and recipe: eligible or not, why, since when, until when.
+
+\b
+A site is eligible for a recipe while its newest valid evidence passed, is
+signed by a trusted key, is younger than --max-age, and the site's latest
+snapshot still satisfies the recipe's constraints (a drift that breaks one
+demotes the site, naming the constraint, until a new validation).
+Reasons: eligible, no-evidence, invalid-evidence, untrusted-signer,
+failed-validation, expired, drifted.
+
+\b
+Exit codes: 0 shown; 3 bad trust list or --max-age; 4 no trust list;
+7 the bus cannot be reached.
+"""
+
+
+@evidence.command("status", help=STATUS_HELP)
+@click.option("--site", default=None, help="Only this site.")
+@click.option("--recipe", default=None, help="Only this recipe.")
+@click.option("--max-age", default=DEFAULT_MAX_AGE, show_default=True,
+              help="Oldest acceptable validation (e.g. 12h, 7d; `any`).")
+@trust_options
+@output_option()
+def status(site: str | None, recipe: str | None, max_age: str, trust: Path | None,
+           revoked: Path | None, output: str) -> None:
+    trust_list = load_trust_option(trust, revoked)
+    age = max_age_of(max_age)
+    site = check_name(site, "site") if site else None
+    recipe = check_name(recipe, "recipe") if recipe else None
+
+    async def body() -> list[Eligibility]:
+        async with connected() as bus:
+            return await eligibility(bus, trust_list, now=datetime.now(UTC),
+                                     max_age=age, site=site, recipe=recipe)
+
+    verdicts = run(body())
+    emit([v.to_dict() for v in verdicts], output, _print_status)
+
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
+    print_table(None, ("site", "recipe", "eligible", "reason", "since", "until", "detail"),
+                [(r["site"], r["recipe"], "yes" if r["eligible"] else "no", r["reason"],
+                  _short(r["since"]), _short(r["until"]), r["message"]) for r in rows])
+
+
+def _short(stamp: str | None) -> str:
+    return stamp[:19].replace("T", " ") if stamp else "-"
+
+
+SUBMIT_HELP = """Submit BUNDLE (directory or tarball), validated on your own hardware, to the
+federation's signer. The signer checks its integrity (digests, signed files,
+recipe digest, constraints re-run) and stores it in the `evidence` store; it
+counts for a recipe's evidence status only when its signer is trusted.
+
+\b
+Exit codes: 0 stored; 3 the bundle is broken (the reason is printed);
+7 no signer answers.
+"""
+
+
+@evidence.command("submit", help=SUBMIT_HELP)
+@click.argument("bundle", type=click.Path(exists=True, path_type=Path))
+@output_option()
+def submit(bundle: Path, output: str) -> None:
+    packed = pack(read_bundle(bundle))
+
+    async def body() -> dict[str, Any]:
+        async with connected() as bus:
+            reply = await bus.request(subjects.api_validation("evidence-submit"),
+                                             packed, timeout=SUBMIT_TIMEOUT_S)
+        data = json.loads(reply)
+        if not data.get("ok"):
+            raise from_dict(data.get("error") or {})
+        answer: dict[str, Any] = data["result"]
+        return answer
+
+    answer = run(body())
+    emit(answer, output, lambda a: click.echo(
+        f"stored {a['bundle']} ({a['site']} / {a['recipe']}: {a['result']}); "
+        f"{'trusted' if a['trusted'] else 'not trusted here'}: {a['signature']}"))
