@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from cairn.bundles import render_argocd, render_flux, render_helm, render_helmfile
+from cairn.bundles.attestation import attest
 from cairn.bundles.checksums import checksums_text
 from cairn.bundles.model import CHECKSUMS_FILE, MANIFEST_FILE, PROVENANCE_FILE
 from cairn.bundles.options import GitTarget
@@ -17,10 +18,14 @@ from cairn.bundles.plan import BundlePlan
 from cairn.bundles.readme import readme
 from cairn.bundles.text import GENERATED, dump_yaml
 from cairn.errors import Conflict, InvalidInput
+from cairn.evidence.keys import SigningKey
 
 
-def render_files(plan: BundlePlan, git: GitTarget | None = None) -> dict[str, bytes]:
+def render_files(plan: BundlePlan, git: GitTarget | None = None,
+                 sign_with: SigningKey | None = None) -> dict[str, bytes]:
     """Every file of the bundle, checksums.txt included, by relative path.
+
+    With `sign_with`, also `attestation.dsse.json`: a signed statement over every file.
 
     Raises:
         InvalidInput: argocd without `git.repo_url` (the app-of-apps must point somewhere).
@@ -43,6 +48,8 @@ def render_files(plan: BundlePlan, git: GitTarget | None = None) -> dict[str, by
     texts["README.md"] = readme(manifest, git)
     files = {path: text.encode("utf-8") for path, text in texts.items()}
     files[CHECKSUMS_FILE] = checksums_text(files).encode("utf-8")
+    if sign_with is not None:
+        attest(files, manifest, sign_with)
     return files
 
 

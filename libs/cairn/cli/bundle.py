@@ -25,8 +25,12 @@ from cairn.bundles import (
     verify,
     write_bundle,
 )
+from cairn.bundles.attestation import check_attestation
+from cairn.bundles.checksums import inventory
+from cairn.bundles.model import CHECKSUMS_FILE
 from cairn.cli.output import emit, output_option, print_table
 from cairn.errors import NotFound
+from cairn.evidence.keys import load_public_key, load_signing_key
 from cairn.recipes import load_catalog
 from cairn.recipes.catalog import ENV_CATALOG
 
@@ -37,8 +41,9 @@ _BUNDLE_HELP = """Render a recipe as a deployment bundle, or explain, diff and v
   cairn bundle --recipe R --deployer argocd --repo-url URL --repo-path clusters/a -o out/
 
 Values: the recipe's, then each --values file, then each --set (later wins).
-Exit codes: 0 ok; 1 verify found a difference; 3 invalid input; 4 not found;
-6 the output directory exists (use --force to replace a bundle).
+Exit codes: 0 ok; 1 verify found a difference or a bad signature; 3 invalid
+input; 4 not found; 5 a private key file others can read; 6 the output
+directory exists (use --force to replace a bundle).
 """
 
 
@@ -59,6 +64,9 @@ Exit codes: 0 ok; 1 verify found a difference; 3 invalid input; 4 not found;
               help="The bundle's folder inside that repository (argocd, flux).")
 @click.option("--revision", default="HEAD", show_default=True,
               help="Git revision Argo CD's app-of-apps follows.")
+@click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY",
+              help="Sign the bundle with this Ed25519 private key file (cairn keys create): "
+                   "writes attestation.dsse.json.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle in DIR.")
 @click.option("--catalog", "catalog_dir", type=click.Path(file_okay=False), envvar=ENV_CATALOG,
               default=None,
@@ -67,7 +75,7 @@ Exit codes: 0 ok; 1 verify found a difference; 3 invalid input; 4 not found;
 @click.pass_context
 def bundle(ctx: click.Context, recipe_name: str | None, deployer: str, out: str | None,
            overrides: tuple[str, ...], sets: tuple[str, ...], repo_url: str, repo_path: str,
-           revision: str, force: bool, catalog_dir: str | None) -> None:
+           revision: str, sign_key: str | None, force: bool, catalog_dir: str | None) -> None:
     if ctx.invoked_subcommand is not None:
         if recipe_name or out:
             raise click.UsageError("--recipe and -o render a bundle; give them without a "
@@ -80,30 +88,50 @@ def bundle(ctx: click.Context, recipe_name: str | None, deployer: str, out: str 
         raise click.UsageError("rendering needs both --recipe NAME and -o DIR")
     catalog = load_catalog(Path(catalog_dir) if catalog_dir else None)
     plan = plan_bundle(catalog, recipe_name, cast(Deployer, deployer), overrides, sets)
-    files = render_files(plan, GitTarget(repo_url=repo_url, path=repo_path, revision=revision))
+    key = load_signing_key(Path(sign_key)) if sign_key else None
+    files = render_files(plan, GitTarget(repo_url=repo_url, path=repo_path, revision=revision),
+                         sign_with=key)
     write_bundle(files, Path(out), force=force)
     click.echo(f"wrote {len(files)} files for {len(plan.manifest.components)} components "
                f"({plan.manifest.recipe}, {deployer}) to {out}")
 
 
-@bundle.command("verify", help="Check a bundle against its checksums.txt: exit 0 when every "
-                "file matches and none was added or removed, 1 otherwise (naming each file).")
+@bundle.command("verify", help="Check a bundle against its checksums.txt and, when signed, "
+                "its attestation: exit 0 when every file matches and none was added or "
+                "removed, 1 otherwise (naming each file).")
 @click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--key", "key_files", multiple=True, type=click.Path(dir_okay=False),
+              metavar="PUB",
+              help="Public key that must have signed the bundle (repeatable: any one).")
 @output_option()
-def verify_cmd(directory: str, output: str) -> None:
-    result = verify(Path(directory))
-    data = {"bundle": directory, "ok": result.ok, "checked": result.checked,
-            "added": result.added, "removed": result.removed, "changed": result.changed}
+def verify_cmd(directory: str, key_files: tuple[str, ...], output: str) -> None:
+    root = Path(directory)
+    result = verify(root)
+    keys = {k.key_id: k for k in (load_public_key(Path(f)) for f in key_files)}
+    present, _ = inventory(root)
+    present[CHECKSUMS_FILE] = root / CHECKSUMS_FILE
+    signed = check_attestation(root, present, keys)
+    ok = result.ok and not signed.problems
+    data = {"bundle": directory, "ok": ok, "checked": result.checked,
+            "added": result.added, "removed": result.removed, "changed": result.changed,
+            "signed": signed.present, "signed_by": signed.key_ids,
+            "verified_by": signed.verified_by, "attestation_problems": signed.problems}
 
     def show(d: dict[str, Any]) -> None:
         for kind in ("added", "removed", "changed"):
             for path in d[kind]:
                 click.echo(f"{kind}: {path}")
+        for problem in d["attestation_problems"]:
+            click.echo(f"attestation: {problem}")
+        if d["signed"]:
+            how = ("verified with key " + ", ".join(d["verified_by"]) if d["verified_by"]
+                   else "signature not checked (give --key)" if not key_files else "")
+            click.echo(f"signed by {', '.join(d['signed_by'])}" + (f"; {how}" if how else ""))
         click.echo(f"{'ok' if d['ok'] else 'FAILED'}: {d['checked']} files listed in "
                    f"{directory}/checksums.txt")
 
     emit(data, output, show)
-    if not result.ok:
+    if not ok:
         raise SystemExit(1)
 
 
