@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from pathlib import Path
 
 from cairn.snapshot import decode, encode
@@ -35,11 +34,9 @@ def test_hardware_collectors_read_this_machine() -> None:
     assert isinstance(node_count, int) and node_count >= 1
 
 
-def test_collect_local_is_fast_and_complete() -> None:
-    started = time.monotonic()
+def test_collect_local_is_complete() -> None:
+    # How long it takes is measured by `make bench` (tools/bench_snapshot.py), not asserted.
     snap = collect_local("site-a")
-    elapsed = time.monotonic() - started
-    assert elapsed < 2.0, f"collect_local took {elapsed:.2f}s"
     assert len(snap.nodes) == 1
     readings = snap.readings(snap.nodes[0].node)
     for prefix in ("OS.release.", "CPU.info.", "Memory.info.", "NUMA.info."):

@@ -183,8 +183,10 @@ async def test_fedavg_three_sites(tmp_path: Path) -> None:
 async def test_client_killed_with_min_sites_left_job_completes(tmp_path: Path) -> None:
     sites = ("hub", "site-a", "site-b", "site-c")
     async with federation_with_data(tmp_path, sites) as (fed, client):
+        # A round timeout far past the wait below: the job completes in time only because
+        # the server learned of the exit from the launcher instead of waiting the round out.
         job_id = await client.submit(fedavg_job(tmp_path, rounds=4, min_sites=2, delay=0.5,
-                                                round_timeout=20))
+                                                round_timeout=3600))
         await wait_for_round(client, job_id, 1)
         await kill_client(fed, job_id, "site-c")
         final = await client.wait(job_id, timeout=120)
@@ -194,8 +196,6 @@ async def test_client_killed_with_min_sites_left_job_completes(tmp_path: Path) -
         result = server_result(final)
         assert result["rounds"][0]["sites"] == ["site-a", "site-b", "site-c"]
         assert result["rounds"][-1]["sites"] == ["site-a", "site-b"]
-        # The server learned of the exit from the launcher: no round waited for its timeout.
-        assert max(r["wall_s"] for r in result["rounds"]) < 10, result["rounds"]
 
 
 async def test_client_killed_below_min_sites_job_fails(tmp_path: Path) -> None:
