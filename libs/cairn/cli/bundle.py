@@ -136,9 +136,12 @@ def verify_cmd(directory: str, key_files: tuple[str, ...], output: str) -> None:
 
 
 def _short(value: Any) -> str:
+    """A value for a table cell: flow YAML, cut at 60 characters, rich markup escaped."""
+    from rich.markup import escape
+
     text = value if isinstance(value, str) else yaml.safe_dump(
         value, default_flow_style=True, width=4096).strip()
-    return text if len(text) <= 60 else text[:57] + "..."
+    return escape(text if len(text) <= 60 else text[:57] + "...")
 
 
 @bundle.command("explain", help="Every value in a bundle with the layer that set it "
@@ -159,7 +162,7 @@ def explain_cmd(directory: str, components: tuple[str, ...], output: str) -> Non
     emit({"recipe": provenance.recipe, "values": rows}, output, lambda d: print_table(
         f"{d['recipe']}: where each value came from",
         ["component", "path", "value", "layer", "source"],
-        [[r["component"], r["path"], _short(r["value"]), r["layer"], r["source"]]
+        [[r["component"], r["path"], _short(r["value"]), r["layer"], _short(r["source"])]
          for r in d["values"]]))
 
 
