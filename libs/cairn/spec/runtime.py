@@ -31,6 +31,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTRACT = ("CAIRN_", "TRACEPARENT")
 _SECRET_SOURCE = re.compile(r"^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/\S+|k8s:[a-z0-9.-]+/\S+)$")
 _PATTERN = re.compile(r"^[A-Za-z0-9._/:@*?\[\]-]+$")
+_SLURM_TIME = re.compile(r"^(?:\d+-\d+(?::\d+){0,2}|\d+(?::\d+){0,2})$")
 # DNS-1123 subdomain: namespaces, service accounts, priority and runtime classes, secrets.
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -106,16 +107,24 @@ class KubernetesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
 KubernetesPolicy = KubernetesSettings  # the name it had first
 
 
-
 class SlurmPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`time` is Slurm's own format (`02:00:00`); `sandbox` names the container runtime used
-    inside the allocation (`none`, `apptainer`, `enroot`...)."""
+    """Where and how a study's workers run on a Slurm site (docs/sites/slurm.md).
+
+    `time` is Slurm's own format (`02:00:00`, `1-00`), the most a worker may run (a shorter
+    job timeout wins); `constraint` is a `--constraint` feature expression; `sandbox` is the
+    container runtime inside the allocation: `none`, `apptainer` or `pyxis` (enroot).
+    """
 
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
     time: str | None = None
-    sandbox: str = "none"
+    constraint: str | None = None
+    reservation: str | None = None
+    sandbox: Literal["none", "apptainer", "pyxis"] = "none"
+
+
+SlurmSettings = SlurmPolicy  # the name the Slurm backend knows it by
 
 
 class StudyLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -231,6 +240,8 @@ def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPo
                 f"{ref.source!r}: use env:VAR, file:/path or k8s:secret/key",
             )
     kube = _kubernetes(where, (*at, "kubernetes"), raw.kubernetes, base)
+    if raw.slurm is not None and raw.slurm.time is not None:
+        where.check((*at, "slurm", "time"), _slurm_time, raw.slurm.time)
     return StudyPolicy(
         images=images,
         datasets=raw.datasets,
@@ -287,3 +298,10 @@ def _env_name(where: Located, path: PathKey, key: str) -> None:
             path,
             f"{key!r} would shadow the worker contract (CAIRN_*, TRACEPARENT are set by Cairn)",
         )
+
+
+def _slurm_time(text: str) -> str:
+    if not _SLURM_TIME.fullmatch(text.strip()):
+        raise InvalidInput(f"{text!r} is not a Slurm time: minutes, MM:SS, HH:MM:SS or "
+                           "D-HH[:MM[:SS]]")
+    return text

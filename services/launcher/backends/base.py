@@ -83,6 +83,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
         memory_bytes: Memory limit; 0 means none.
         timeout_s: Wall-clock limit from start; None means none.
         image: The container image (container backends; the process backend ignores it).
+        nodes: Nodes the worker spans, one task per node (backends with MULTI_NODE); its
+            `gpus` are per node there.
         platform: The study's settings for this site's backend, from study_runtime.yaml
             (`{"docker": {...}}`, `{"kubernetes": {...}}`, `{"slurm": {...}}`).
         secret_refs: Secret references the backend resolves itself, unread by the launcher
@@ -110,6 +112,7 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     image: str = ""
     platform: dict[str, Any] = {}
     secret_refs: dict[str, str] = {}
+    nodes: int = 1
 
     def __repr__(self) -> str:
         # Specs end up in logs and tracebacks; secret values must not.

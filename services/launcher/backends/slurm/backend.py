@@ -1,0 +1,294 @@
+"""The `slurm` backend: each worker is one Slurm batch job (one task per node).
+
+    site.yaml: backend: slurm
+               slurm: {driver: cli}                                  # on a login node
+               slurm: {driver: rest, url: unix:/run/slurmrestd.sock, user: cairn,
+                       token_file: /etc/cairn/slurm.jwt}             # off it
+
+The working directory (`<workdir>/workers/<launch id>/`, as for the process backend) must be on
+a filesystem the compute nodes share: the batch script (`.cairn/job.sh`) runs there and writes
+`worker.log` there. The job is tagged `--comment=cairn:<launch id>`; a restarted launcher checks
+the tag before it adopts a job id again.
+
+Status: one `squeue --json` (or `GET /jobs`) per poll for every watched job; a job the
+controller has forgotten (`MinJobAge` passed) is looked up in `sacct` (slurmdbd), the
+authority then. Ended jobs map to causes in `states.classify`. Slurm enforces the time limit
+(`--time`, whole minutes from the job's start); cancel sends SIGTERM to every process of the
+job, and `scancel` (SIGKILL after the cluster's `KillWait`) once `grace_s` has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cairn.errors import CairnError, InvalidInput
+from cairn.launcher.backends._watching import find_watch, stream_log, wait_watched
+from cairn.launcher.backends._workdir import (
+    CONTROL_DIR,
+    LOG_NAME,
+    prepare_workdir,
+    read_chunk,
+    split_entrypoint,
+    worker_env,
+)
+from cairn.launcher.backends.base import (
+    Capability,
+    ExitCause,
+    LaunchHandle,
+    LaunchSpec,
+    WorkerExit,
+)
+from cairn.launcher.backends.slurm.cli import CliDriver
+from cairn.launcher.backends.slurm.driver import SlurmDriver, SlurmUnavailable
+from cairn.launcher.backends.slurm.rest import RestDriver
+from cairn.launcher.backends.slurm.script import TAG_PREFIX, build_request
+from cairn.launcher.backends.slurm.states import JobStatus, classify
+
+__all__ = ["SlurmBackend"]
+
+log = logging.getLogger(__name__)
+SCRIPT_NAME = "job.sh"
+# A job the controller and the accounting both do not know yet right after sbatch: how long
+# to keep asking before calling it lost.
+UNKNOWN_GRACE_S = 30.0
+
+
+@dataclass
+class _Watch:
+    handle: LaunchHandle
+    cancelled: bool = False
+    unknown_since: float | None = None
+    last: JobStatus | None = None
+    done: asyncio.Future[WorkerExit] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+    task: asyncio.Future[WorkerExit] | None = None
+
+
+class SlurmBackend:
+    """Workers as Slurm batch jobs.
+
+    Args:
+        workdir: The site workdir (shared with the compute nodes).
+        driver: `cli` (Slurm commands on this host) or `rest` (slurmrestd); or a driver.
+        url, user, token, token_file, jwt_key: The REST driver's (see `RestDriver`).
+        timeout_s: Bound on each call to the cluster.
+        poll_s: How often the watches look at the cluster.
+        env: Environment of the Slurm commands (`SLURM_CONF`); default the launcher's.
+    """
+
+    name = "slurm"
+
+    def __init__(self, workdir: str | Path, *, driver: str | SlurmDriver = "cli",
+                 url: str | None = None, user: str | None = None, token: str | None = None,
+                 token_file: str | None = None, jwt_key: str | None = None,
+                 timeout_s: float = 30.0, poll_s: float = 1.0,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.root = Path(workdir)
+        self.poll_s = poll_s
+        self.driver = _make_driver(driver, url=url, user=user, token=token,
+                                   token_file=token_file, jwt_key=jwt_key,
+                                   timeout_s=timeout_s, env=env)
+        self.capabilities = (Capability.GPU | Capability.MULTI_NODE | Capability.CANCEL
+                             | Capability.RECONCILE | Capability.MEMORY_LIMIT)
+        self._watches: dict[str, _Watch] = {}
+        self._ended: dict[str, WorkerExit] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- the Backend protocol -------------------------------------------------------------
+
+    async def launch(self, spec: LaunchSpec) -> LaunchHandle:
+        """Prepare the working directory, write the batch script and submit it.
+
+        Raises:
+            InvalidInput: a bad entrypoint or slurm setting.
+            Conflict: this launch id was launched before (reattach instead).
+            LaunchFailed: missing code or dataset; Slurm refused the job.
+            SlurmUnavailable: the cluster did not answer.
+        """
+        argv = split_entrypoint(spec.entrypoint)
+        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
+        try:
+            env = worker_env(spec, workdir, sys.executable)
+            # Slurm sets it for the GPUs it allocates; the script makes it empty otherwise.
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            request = build_request(spec, argv, env, str(workdir), str(workdir / LOG_NAME))
+            script = workdir / CONTROL_DIR / SCRIPT_NAME
+            await asyncio.to_thread(_write_script, script, request.script)
+            job_id = await self.driver.submit(request, str(script))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            raise
+        handle = LaunchHandle(
+            launch_id=spec.launch_id, backend=self.name, native_id=job_id,
+            workdir=str(workdir), log_path=str(workdir / LOG_NAME), started_at=datetime.now(UTC),
+            memory_limit="slurm" if spec.memory_bytes else "none", timeout_s=spec.timeout_s)
+        self._start_watch(handle)
+        return handle
+
+    async def wait(self, handle: LaunchHandle) -> WorkerExit:
+        """Wait for the job to end and say how it ended."""
+        return await wait_watched(self, handle)
+
+    async def cancel(self, handle: LaunchHandle, grace_s: float) -> None:
+        """SIGTERM to every process of the job; `scancel` after `grace_s`; returns once the
+        job has ended (bounded)."""
+        watch = await find_watch(self, handle)
+        if isinstance(watch, WorkerExit):
+            return
+        watch.cancelled = True
+        job = handle.native_id
+        pending = watch.last is not None and watch.last.state == "PENDING"
+        if not pending and grace_s > 0:
+            await self.driver.cancel(job, signal="TERM")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(watch.done), grace_s)
+        if not watch.done.done():
+            await self.driver.cancel(job)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch.done), 60.0 + 4 * self.poll_s)
+
+    async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
+        """After a launcher restart: the handle while its job runs (or pends), else how it
+        ended (from the controller, or from sacct once the controller forgot it)."""
+        if handle.backend != self.name:
+            raise InvalidInput(f"handle is for backend {handle.backend!r}, not {self.name!r}",
+                               field="backend")
+        ended = self._ended.get(handle.launch_id)
+        if ended is not None:
+            return ended
+        if handle.launch_id in self._watches:
+            return handle
+        status = await self._look_up(handle.native_id)
+        if status is not None and status.comment != TAG_PREFIX + handle.launch_id:
+            return self._finish(_Watch(handle=handle), None,
+                                f"Slurm job {handle.native_id} is not this worker's any more "
+                                f"(its comment is {status.comment!r})")
+        if status is None or not status.active:
+            return self._finish(_Watch(handle=handle), status)
+        self._start_watch(handle, status)
+        return handle
+
+    async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """The job's output (`worker.log` on the shared filesystem)."""
+        def read(offset: int) -> Any:
+            return asyncio.to_thread(read_chunk, Path(handle.log_path), offset)
+
+        async for chunk in stream_log(read, lambda: handle.launch_id in self._watches,
+                                      follow=follow, poll_s=self.poll_s):
+            yield chunk
+
+    async def close(self) -> None:
+        """Stop watching; the jobs keep running, for a restarted launcher to find."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
+        for watch in self._watches.values():
+            if not watch.done.done():
+                watch.done.cancel()
+        self._watches.clear()
+        await self.driver.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def status(self, handle: LaunchHandle) -> JobStatus | None:
+        """The job as Slurm sees it now (for operators and tests): None when unknown."""
+        return await self._look_up(handle.native_id)
+
+    async def _look_up(self, job_id: str) -> JobStatus | None:
+        status = (await self.driver.jobs()).get(job_id)
+        if status is None:
+            status = await self.driver.accounting(job_id)
+        return status
+
+    def _start_watch(self, handle: LaunchHandle, status: JobStatus | None = None) -> None:
+        watch = _Watch(handle=handle, last=status)
+        watch.task = watch.done
+        self._watches[handle.launch_id] = watch
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll(), name="slurm poll")
+
+    async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._watches:
+            try:
+                listed = await self.driver.jobs()
+                for watch in list(self._watches.values()):
+                    await self._step(watch, listed.get(watch.handle.native_id), loop.time())
+            except SlurmUnavailable as exc:
+                # A controller restart or a slow slurmrestd: the jobs go on; keep asking.
+                log.warning("slurm: %s", exc)
+            except CairnError as exc:
+                log.warning("slurm: %s", exc)
+            await asyncio.sleep(self.poll_s)
+
+    async def _step(self, watch: _Watch, status: JobStatus | None, now: float) -> None:
+        if status is None:
+            status = await self.driver.accounting(watch.handle.native_id)
+        if status is None:
+            watch.unknown_since = watch.unknown_since or now
+            if now - watch.unknown_since > UNKNOWN_GRACE_S:
+                self._finish(watch, None)
+            return
+        watch.unknown_since = None
+        watch.last = status
+        if not status.active:
+            self._finish(watch, status)
+
+    def _finish(self, watch: _Watch, status: JobStatus | None,
+                message: str | None = None) -> WorkerExit:
+        handle = watch.handle
+        cause: ExitCause | None
+        if status is None:
+            code, cause = None, "infrastructure"
+            text = message or (f"Slurm job {handle.native_id} is unknown to the controller and "
+                               "to the accounting (no slurmdbd?): its end was not seen")
+        else:
+            code, cause, text = classify(status, cancelled=watch.cancelled)
+            text = f"Slurm job {handle.native_id}: {text}"
+        ended = WorkerExit(launch_id=handle.launch_id, exit_code=code, cause=cause,
+                           message=text, ended_at=datetime.now(UTC))
+        self._ended[handle.launch_id] = ended
+        self._watches.pop(handle.launch_id, None)
+        if not watch.done.done():
+            watch.done.set_result(ended)
+        return ended
+
+
+def _write_script(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o700)
+
+
+def _make_driver(driver: str | SlurmDriver, *, url: str | None, user: str | None,
+                 token: str | None, token_file: str | None, jwt_key: str | None,
+                 timeout_s: float, env: Mapping[str, str] | None) -> SlurmDriver:
+    if not isinstance(driver, str):
+        return driver
+    if driver == "cli":
+        return CliDriver(timeout_s=timeout_s, env=env)
+    if driver == "rest":
+        if not url:
+            raise InvalidInput("the slurm rest driver needs url (unix:/path or http://host:port)",
+                               field="slurm.url")
+        return RestDriver(url, user=user or _login_name(), token=token, token_file=token_file,
+                          jwt_key=jwt_key, timeout_s=timeout_s)
+    raise InvalidInput(f"slurm driver {driver!r}: use cli or rest", field="slurm.driver")
+
+
+def _login_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
