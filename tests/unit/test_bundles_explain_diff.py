@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cairn.bundles import BundleManifest, PlannedComponent, diff_bundles
 from tests.unit.bundles_support import INFERENCE, RECIPES, TRAINING, cairn, render
 
 
@@ -143,8 +144,12 @@ def test_diff_between_two_recipe_versions_names_exactly_what_changed(
          "old": "50Gi", "new": "100Gi", "change": "changed"},
     ]
 
+    assert [(r["component"], r["risk"]) for r in diff["risks"]] == [
+        ("kube-prometheus-stack", "major-version"), ("nvsentinel", "removed")]
+
     code, text, _ = cairn(capsys, "bundle", "diff", str(old), str(new))
     assert code == 0
+    assert "### Upgrade risks" in text and "| nvsentinel | removed |" in text
     assert "### Components added\n\n- `node-problem-detector`" in text
     assert "### Components removed\n\n- `nvsentinel`" in text
     assert "| gpu-operator | v26.7.0 | v26.10.0 |" in text
@@ -163,3 +168,29 @@ def test_diff_of_a_directory_that_is_not_a_bundle(capsys: pytest.CaptureFixture[
     (root / "bundle.yaml").write_text("recipe: x\nsurprise: 1\n")
     code, _, err = cairn(capsys, "bundle", "diff", str(root), str(root))
     assert code == 3 and "bundle.yaml" in err and "Traceback" not in err
+
+
+def _manifest(*components: PlannedComponent) -> BundleManifest:
+    return BundleManifest(recipe="r", applied=["base"], deployer="helm",
+                          components=list(components))
+
+
+def _component(name: str, version: str, namespace: str = "ns",
+               chart: str = "repo/chart") -> PlannedComponent:
+    return PlannedComponent(name=name, chart=chart, repository="https://charts.example.com",
+                            version=version, namespace=namespace)
+
+
+def test_upgrade_risks_name_what_an_upgrade_could_destroy() -> None:
+    old = _manifest(_component("moved", "1.0.0"), _component("rolled-back", "v2.3.0"),
+                    _component("zero-minor", "v0.16.9"), _component("zero-patch", "0.5.0"),
+                    _component("swapped", "1.0.0"), _component("gone", "1.0.0"))
+    new = _manifest(_component("moved", "1.0.1", namespace="other"),
+                    _component("rolled-back", "v2.2.9"), _component("zero-minor", "v0.17.0"),
+                    _component("zero-patch", "0.5.1"),
+                    _component("swapped", "1.0.0", chart="repo/another"))
+    risks = {(r.component, r.risk) for r in diff_bundles(old, new).risks}
+    assert risks == {("gone", "removed"), ("moved", "namespace-changed"),
+                     ("rolled-back", "downgrade"), ("zero-minor", "major-version"),
+                     ("swapped", "chart-changed")}
+    assert diff_bundles(old, old).risks == []

@@ -1,7 +1,8 @@
 """Comparing two bundles: components added and removed, chart versions and values changed.
 
 Works from the two manifests alone. Values are compared leaf by leaf (a list is one leaf), so
-the report names exactly the keys an upgrade changes.
+the report names exactly the keys an upgrade changes; what the upgrade could destroy (a
+removed component, a moved namespace, a downgrade, ...) is listed first.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import msgspec
 
 from cairn.bundles.model import BundleManifest, PlannedComponent
+from cairn.bundles.risks import UpgradeRisk, upgrade_risks
 
 _MISSING = object()
 
@@ -38,6 +40,8 @@ class BundleDiff(msgspec.Struct, kw_only=True, frozen=True):
     added: list[str] = []
     removed: list[str] = []
     changed: list[ComponentChange] = []
+    risks: list[UpgradeRisk] = []
+    """What the upgrade could destroy or break (see `cairn.bundles.risks`)."""
 
     @property
     def empty(self) -> bool:
@@ -82,7 +86,8 @@ def diff_bundles(old: BundleManifest, new: BundleManifest) -> BundleDiff:
                if (change := _component(before[name], after[name])) is not None]
     return BundleDiff(old=old.recipe, new=new.recipe,
                       added=sorted(set(after) - set(before)),
-                      removed=sorted(set(before) - set(after)), changed=changed)
+                      removed=sorted(set(before) - set(after)), changed=changed,
+                      risks=upgrade_risks(old, new))
 
 
 def _show(value: Any) -> str:
@@ -97,6 +102,9 @@ def diff_markdown(diff: BundleDiff, old: BundleManifest, new: BundleManifest) ->
     after = {c.name: c for c in new.components}
     before = {c.name: c for c in old.components}
     lines = [f"## Bundle changes: {diff.old} -> {diff.new}", ""]
+    if diff.risks:
+        lines += ["### Upgrade risks", "", "| component | risk | what happens |", "|---|---|---|"]
+        lines += [f"| {r.component} | {r.risk} | {r.detail} |" for r in diff.risks] + [""]
     if diff.added:
         lines += ["### Components added", ""]
         lines += [f"- `{n}` {after[n].chart} {after[n].version}" for n in diff.added] + [""]
