@@ -61,6 +61,7 @@ WRITERS: dict[str, str] = {
     "validation.": "validator",
     "evidence.": "signer",
     "deadletter.": "bus",
+    "site.record-skipped": "bus",  # cairn.bus reports it for whichever service skipped
 }
 
 
@@ -178,8 +179,9 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "siteFacts",
         "cairn.site.{site}.{event}",
-        "site facts kept in FEDERATION: snapshots, drift, runtime-file loads, the backend",
-        ("snapshotter", "agent", "launcher"),
+        "site facts kept in FEDERATION: snapshots, drift, runtime-file loads, the backend, "
+        "records skipped at start",
+        ("snapshotter", "agent", "launcher", "bus"),
         ("validator", "coordinator", "agent"),
     ),
     Channel(

@@ -33,6 +33,7 @@ from cairn.events import (
     JobUnschedulable,
     LaunchCancel,
     LaunchRequested,
+    RecordSkipped,
     SiteConfigLoaded,
     SiteConfigRejected,
     SnapshotDrift,
@@ -322,7 +323,7 @@ FEDERATION_STREAM = StreamSpec(
     name="FEDERATION",
     subjects=(f"{ROOT}.fed.>", f"{ROOT}.site.*.snapshot", f"{ROOT}.site.*.drift",
               f"{ROOT}.site.*.config-loaded", f"{ROOT}.site.*.config-rejected",
-              f"{ROOT}.site.*.backend",
+              f"{ROOT}.site.*.backend", f"{ROOT}.site.*.record-skipped",
               f"{ROOT}.validation.>"),
     description="federation seed, site facts, snapshots, drift, validation",
 )
@@ -381,7 +382,7 @@ def subject_of(event: Event) -> str:
         case Heartbeat():
             return heartbeat(event.site)
         case SnapshotRecorded() | SnapshotDrift() | SiteConfigLoaded() | SiteConfigRejected() | \
-                BackendDeclared():
+                BackendDeclared() | RecordSkipped():
             return site_event(event.site, _last(event))
         case ValidationStarted() | ValidationPhase() | ValidationCompleted():
             return validation(event.site, event.recipe, _last(event))

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from cairn import api, subjects
-from cairn.bus import Bus, Delivery, kv, replay
+from cairn.bus import Bus, Delivery, kv, replay, skipper
 from cairn.coordinator.decide import Context, SiteStatus, decide_job, site_status
 from cairn.coordinator.requests import Requests
 from cairn.errors import CairnError
@@ -194,7 +194,8 @@ class CoordinatorService:
         self.heartbeats[hb.site] = (hb, datetime.now(UTC))
 
     async def _load_heartbeats(self) -> None:
-        sites = await kv(self.bus, subjects.KV_SITES, Heartbeat)
+        sites = await kv(self.bus, subjects.KV_SITES, Heartbeat,
+                         on_undecodable=skipper(self.bus, service="coordinator"))
         async for name, hb in sites.items():
             self.heartbeats.setdefault(name, (hb, hb.at))
 

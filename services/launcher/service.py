@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from cairn import subjects, telemetry
-from cairn.bus import KV, Delivery, kv, objects
+from cairn.bus import KV, Delivery, kv, objects, skipper
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     SITE_DECODER,
@@ -93,7 +93,8 @@ class LauncherService:
             options["warm"] = True  # Python workers start from a warm interpreter
         self.backend = load_backend(self.site_cfg.backend, **options)
         await rt.bus.ensure_site(self.site)
-        self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord)
+        self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord,
+                            on_undecodable=skipper(rt.bus, site=self.site, service="launcher"))
         async for _, record in self._kv.items():
             self.records[record.launch_id] = record
             self.launches = launch_state.Launches(

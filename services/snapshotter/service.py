@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn import api, subjects
+from cairn.bus import UndecodableRecord, report_skipped
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
 from cairn.runtime.service import Runtime
@@ -99,6 +100,10 @@ class SnapshotterService:
         try:
             last = await latest_record(self.rt.bus, self.site)
             return None if last is None else await snapshot_of(self.rt.bus, last)
+        except UndecodableRecord as exc:
+            # Someone published garbage on our snapshot subject: report it, start afresh.
+            await report_skipped(self.rt.bus, exc, site=self.site, service="snapshotter")
+            return None
         except CairnError as exc:
             log.warning("previous snapshot unreadable, drift starts afresh: %s", exc)
             return None

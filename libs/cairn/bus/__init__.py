@@ -6,8 +6,16 @@ bounded redelivery and dead letters, replay from a sequence or a time, KV and ob
 
 from cairn.bus._connection import MSG_ID, Bus
 from cairn.bus._consume import Delivery, Handler, Subscription
+from cairn.bus._poisoned import (
+    StoredMessage,
+    UndecodableRecord,
+    last_stored,
+    report_skipped,
+    skipper,
+)
 from cairn.bus._replay import Replayed, replay
 from cairn.bus._stores import KV, Objects, kv, objects
 
-__all__ = ["KV", "MSG_ID", "Bus", "Delivery", "Handler", "Objects", "Replayed", "Subscription",
-           "kv", "objects", "replay"]
+__all__ = ["KV", "MSG_ID", "Bus", "Delivery", "Handler", "Objects", "Replayed", "StoredMessage",
+           "Subscription", "UndecodableRecord", "kv", "last_stored", "objects", "replay",
+           "report_skipped", "skipper"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Generic, TypeVar
 
@@ -16,18 +17,28 @@ from nats.js.errors import (
 )
 
 from cairn.bus._connection import Bus
+from cairn.bus._poisoned import Skipper, UndecodableRecord
 from cairn.errors import InvalidInput, NotFound
 
 T = TypeVar("T")
+log = logging.getLogger("cairn.bus")
 
 
 class KV(Generic[T]):
-    """A typed view over one KV bucket (values are msgspec JSON)."""
+    """A typed view over one KV bucket (values are msgspec JSON).
 
-    def __init__(self, kv: Any, type_: type[T]) -> None:
+    A value that does not decode reads as absent (`get` None, skipped by `items`) and is
+    handed to `on_undecodable` (which dead-letters it), so one garbage entry never stops a
+    service that reads the bucket.
+    """
+
+    def __init__(self, kv: Any, type_: type[T], *, bucket: str = "",
+                 on_undecodable: Skipper | None = None) -> None:
         self._kv = kv
         self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(type_)
         self._encoder = msgspec.json.Encoder()
+        self._bucket = bucket
+        self._on_undecodable = on_undecodable
 
     async def put(self, key: str, value: T) -> int:
         return int(await self._kv.put(key, self._encoder.encode(value)))
@@ -39,7 +50,16 @@ class KV(Generic[T]):
             return None
         if entry.value is None:
             return None
-        return self._decoder.decode(entry.value)
+        try:
+            return self._decoder.decode(entry.value)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            record = UndecodableRecord(f"KV {self._bucket} key {key}: {exc}",
+                                       store=f"KV_{self._bucket}", key=key,
+                                       seq=int(entry.revision or 0), data=bytes(entry.value))
+            log.warning("skipping an undecodable entry: %s", record.message)
+            if self._on_undecodable is not None:
+                await self._on_undecodable(record)
+            return None
 
     async def delete(self, key: str) -> None:
         await self._kv.delete(key)
@@ -58,13 +78,13 @@ class KV(Generic[T]):
 
 
 async def kv(bus: Bus, bucket: str, type_: type[T], *, history: int = 1,
-             ttl: float | None = None) -> KV[T]:
-    """Open a KV bucket, creating it when absent."""
+             ttl: float | None = None, on_undecodable: Skipper | None = None) -> KV[T]:
+    """Open a KV bucket, creating it when absent (see `KV` for `on_undecodable`)."""
     try:
         handle = await bus.js.key_value(bucket)
     except (BucketNotFoundError, NotFoundError):
         handle = await bus.js.create_key_value(bucket=bucket, history=history, ttl=ttl)
-    return KV(handle, type_)
+    return KV(handle, type_, bucket=bucket, on_undecodable=on_undecodable)
 
 
 class Objects:

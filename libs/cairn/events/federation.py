@@ -63,6 +63,26 @@ class BackendDeclared(Event, tag="site.backend", frozen=True, kw_only=True):
     capabilities: list[str] = []
 
 
+class RecordSkipped(Event, tag="site.record-skipped", frozen=True, kw_only=True):
+    """A service skipped a stored record it could not decode (and dead-lettered a copy).
+
+    Attributes:
+        site: The site whose service skipped it.
+        service: Which service (`snapshotter`, `launcher`, `agent`, ...).
+        store: The stream or KV bucket it was read from.
+        key: Its subject (stream) or key (KV).
+        seq: Its stream sequence (0 when unknown).
+        error: Why it did not decode.
+    """
+
+    site: str
+    service: str
+    store: str
+    key: str
+    seq: int = 0
+    error: str = ""
+
+
 class Heartbeat(Event, tag="site.heartbeat", frozen=True, kw_only=True):
     """An agent's liveness and capacity. Not stored in a stream: latest kept in KV `sites`."""
 
@@ -143,6 +163,6 @@ class ValidationCompleted(Event, tag="validation.completed", frozen=True, kw_onl
 
 FederationEvent = (
     FederationSeeded | FederationSiteAdded | SiteConfigLoaded | SiteConfigRejected
-    | BackendDeclared
+    | BackendDeclared | RecordSkipped
     | SnapshotRecorded | SnapshotDrift | ValidationStarted | ValidationPhase | ValidationCompleted
 )

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from cairn import api, subjects
-from cairn.bus import Bus, objects
+from cairn.bus import Bus, UndecodableRecord, last_stored, objects
 from cairn.errors import InvalidInput
 from cairn.events import FEDERATION_DECODER, SnapshotRecorded, stamp
 from cairn.snapshot.model import Snapshot, decode, encode
@@ -70,13 +70,27 @@ async def ask(bus: Bus, site: str, timeout: float = ASK_TIMEOUT_S) -> Snapshot:
 
 
 async def latest_record(bus: Bus, site: str) -> SnapshotRecorded | None:
-    """The site's last `site.snapshot` in FEDERATION (one direct read, not a replay)."""
-    found = await bus.last_message(subjects.FEDERATION_STREAM.name,
-                                   subjects.site_event(site, "snapshot"))
+    """The site's last `site.snapshot` in FEDERATION (one direct read, not a replay).
+
+    Raises:
+        UndecodableRecord: the last message there is not an event (anyone may publish there).
+    """
+    stream = subjects.FEDERATION_STREAM.name
+    found = await last_stored(bus, stream, subjects.site_event(site, "snapshot"))
     if found is None:
         return None
-    event = FEDERATION_DECODER.decode(found[2])
-    return event if isinstance(event, SnapshotRecorded) else None
+    try:
+        event = FEDERATION_DECODER.decode(found.data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UndecodableRecord(f"the last snapshot record of {site} does not decode: {exc}",
+                                store=stream, key=found.subject, seq=found.seq,
+                                data=found.data, headers=found.headers) from None
+    if not isinstance(event, SnapshotRecorded):
+        raise UndecodableRecord(
+            f"the last record on {found.subject} is a {type(event).__name__}, not a snapshot",
+            store=stream, key=found.subject, seq=found.seq, data=found.data,
+            headers=found.headers)
+    return event
 
 
 async def latest(bus: Bus, site: str) -> Snapshot | None:
