@@ -20,8 +20,10 @@ here. `actor` names who submits those jobs (default: the seed's first project ad
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,8 +33,10 @@ from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
 from cairn.runtime.service import Runtime
 from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
+from cairn.snapshot.collectors import ClusterCollected
 from cairn.snapshot.remote import INLINE_MAX_BYTES, latest_record, record, snapshot_of
 from cairn.snapshotter.nodejobs import collect_nodes, expected_nodes
+from cairn.spec.site import KubernetesCluster
 from cairn.subjects import ApiAddress
 
 log = logging.getLogger("cairn.snapshotter")
@@ -57,8 +61,13 @@ class SnapshotterService:
             self.inline_max = int(options.get("snapshot_inline_max_bytes", INLINE_MAX_BYTES))
             self.initial_delay = float(options.get("snapshot_initial_delay_s", 1.0))
             backend = "process"
+            # A Kubernetes site's cluster facts come from its API, reached as site.yaml says.
+            self.kubernetes: Any = None
             if config.site_config:
-                backend = load_site_config(config.site_config).backend
+                site_cfg = load_site_config(config.site_config)
+                backend = site_cfg.backend
+                if backend == "kubernetes":
+                    self.kubernetes = site_cfg.kubernetes or KubernetesCluster()
             self.mode = options.get("snapshot_collect") or (
                 "jobs" if backend in ("slurm", "kubernetes") else "local")
             if self.mode not in ("local", "jobs"):
@@ -156,7 +165,8 @@ class SnapshotterService:
     def _collect(self) -> Snapshot:
         from cairn.snapshot.collect import collect_local
 
-        snap = collect_local(self.site, node_name=self.node_name)
+        snap = collect_local(self.site, node_name=self.node_name,
+                             cluster=self._cluster_collectors())
         extra = self._extra_readings()
         if not extra:
             return snap
@@ -170,7 +180,8 @@ class SnapshotterService:
         from cairn.snapshot.collect import collect_local
 
         assert self.rt is not None
-        here = await asyncio.to_thread(collect_local, self.site, collectors={})
+        here = await asyncio.to_thread(collect_local, self.site, collectors={},
+                                       cluster=self._cluster_collectors())
         scheduler_nodes = [n.node for n in here.nodes if flatten(n)]
         nodes, errors = await collect_nodes(self.rt.bus, self.site,
                                             expected_nodes(scheduler_nodes), self.actor)
@@ -183,6 +194,14 @@ class SnapshotterService:
             site=self.site, taken_at=here.taken_at, cluster=flatten(here.cluster),
             nodes=readings, node_errors={n.node: list(n.errors) for n in nodes},
             errors=[*here.errors, *errors])
+
+    def _cluster_collectors(self) -> dict[str, Callable[[], ClusterCollected]] | None:
+        """The Kubernetes collector with this site's cluster; None: the default ones."""
+        if self.kubernetes is None:
+            return None
+        from cairn.snapshot.collectors import k8s
+
+        return {"kubernetes": functools.partial(k8s.collect, cluster=self.kubernetes)}
 
     def _extra_readings(self) -> dict[str, Reading]:
         if self.extra_file is None:

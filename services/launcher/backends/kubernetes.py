@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,11 +30,9 @@ from typing import Any
 
 import msgspec
 
-from cairn import kube
 from cairn.errors import CairnError, Conflict, InvalidInput, NotFound
 from cairn.launcher.backends._watching import find_watch, stop_watching, stream_log, wait_watched
 from cairn.launcher.backends._workdir import (
-    CONTROL_DIR,
     LOG_NAME,
     dir_name,
     prepare_workdir,
@@ -43,9 +41,16 @@ from cairn.launcher.backends._workdir import (
 )
 from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
 from cairn.launcher.backends.errors import LaunchFailed
+from cairn.launcher.backends.kubernetes_api import RBAC_RULES, PodApi
+from cairn.launcher.backends.kubernetes_files import (
+    has_code,
+    read_record,
+    read_template,
+    settings_of,
+    write_record,
+)
 from cairn.launcher.backends.kubernetes_pod import (
     ANNOTATION_LAUNCH,
-    CONTAINER,
     LABEL_LAUNCH,
     MANAGED_BY,
     build_pod,
@@ -60,23 +65,11 @@ from cairn.launcher.backends.kubernetes_status import (
     pending_reason,
 )
 from cairn.launcher.backends.kubernetes_watch import NamespaceWatch
-from cairn.spec.duration import parse_duration
-from cairn.spec.runtime import KubernetesSettings
 from cairn.spec.site import KubernetesCluster
-from cairn.yamlfile import parse, read_text
 
 __all__ = ["RBAC_RULES", "KubernetesBackend"]
 
-RBAC_RULES: tuple[dict[str, list[str]], ...] = (
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list",
-                                                         "watch"]},
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
-)
-"""Every API call this backend makes, as a namespaced Role's rules (in each study namespace)."""
-
 ANNOTATION_PENDING = "cairn.pending-timeout-s"
-RECORD = "pod.json"
 
 
 @dataclass
@@ -131,8 +124,7 @@ class KubernetesBackend:
         self.watch_s = watch_s
         self.capabilities = (Capability.CONTAINERS | Capability.GPU | Capability.CANCEL
                              | Capability.RECONCILE | Capability.MEMORY_LIMIT)
-        self._api: Any = None
-        self._core_api: Any = None
+        self._pods = PodApi(self.cluster, timeout_s=request_timeout_s)
         self._watches: dict[str, _Watch] = {}
         self._ended: dict[str, WorkerExit] = {}
         self._namespace_watches: dict[str, NamespaceWatch] = {}
@@ -156,11 +148,11 @@ class KubernetesBackend:
                                f"file: give {', '.join(sorted(spec.secret_env))} a source "
                                "k8s:<secret>/<key> in study_runtime.yaml", field="secret_env")
         argv = split_entrypoint(spec.entrypoint)
-        settings = _settings(spec.platform)
-        await self._connect()
+        settings = settings_of(spec.platform)
+        await self._pods.connect()
         namespace = settings.namespace or self.cluster.namespace
-        template = await asyncio.to_thread(_template, settings.pod_template)
-        if not self.cluster.workdir_claim and await asyncio.to_thread(_has_code, spec.code_dir):
+        template = await asyncio.to_thread(read_template, settings.pod_template)
+        if not self.cluster.workdir_claim and await asyncio.to_thread(has_code, spec.code_dir):
             raise InvalidInput("this job has code, and a pod sees the launcher's files only "
                                "through a shared volume: set kubernetes.workdir_claim in "
                                "site.yaml", field="kubernetes.workdir_claim")
@@ -172,7 +164,7 @@ class KubernetesBackend:
         local = msgspec.structs.replace(spec, datasets={})  # they are claims, not paths here
         workdir = await asyncio.to_thread(prepare_workdir, local, self.root)
         try:
-            await self._call(self._core().create_namespaced_pod, namespace, pod)
+            await self._pods.create(namespace, pod)
         except BaseException as exc:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             where = f"pod {namespace}/{pod['metadata']['name']}"
@@ -231,10 +223,10 @@ class KubernetesBackend:
         if handle.launch_id in self._watches:
             return handle
         namespace, _ = _where(handle)
-        await self._connect()
-        found = await self._call(self._core().list_namespaced_pod, namespace,
-                                 label_selector=f"{LABEL_LAUNCH}={launch_label(handle.launch_id)}")
-        pods = [p for p in found.get("items") or [] if _owned_by(p, handle.launch_id)]
+        await self._pods.connect()
+        found = await self._pods.find(namespace,
+                                      f"{LABEL_LAUNCH}={launch_label(handle.launch_id)}")
+        pods = [p for p in found if _owned_by(p, handle.launch_id)]
         if not pods:
             return await self._finish(self._new_watch(handle, 0.0), None)
         pod = pods[0]
@@ -263,9 +255,7 @@ class KubernetesBackend:
         for namespace_watch in self._namespace_watches.values():
             namespace_watch.stop()
         self._namespace_watches.clear()
-        if self._api is not None:
-            api, self._api, self._core_api = self._api, None, None
-            await asyncio.to_thread(api.close)
+        await self._pods.close()
 
     # -- watching -------------------------------------------------------------------------
 
@@ -279,8 +269,8 @@ class KubernetesBackend:
         watch.latest = latest
         self._watches[handle.launch_id] = watch
         if watch.namespace not in self._namespace_watches:
-            self._namespace_watches[watch.namespace] = NamespaceWatch(
-                self._core(), watch.namespace, self._on_pod_event,
+            self._namespace_watches[watch.namespace] = self._pods.watch(
+                watch.namespace, self._on_pod_event,
                 selector=",".join(f"{k}={v}" for k, v in MANAGED_BY.items()),
                 watch_s=self.watch_s)
         watch.task = asyncio.create_task(self._watch(watch), name=f"watch {handle.launch_id}")
@@ -316,8 +306,7 @@ class KubernetesBackend:
     async def _read(self, watch: _Watch) -> dict[str, Any] | None:
         """The pod now; None once it is gone. A failing API is retried by the loop."""
         try:
-            pod: dict[str, Any] = await self._call(self._core().read_namespaced_pod,
-                                                   watch.name, watch.namespace)
+            pod = await self._pods.read(watch.namespace, watch.name)
         except NotFound:
             return None
         except CairnError:
@@ -326,14 +315,9 @@ class KubernetesBackend:
 
     async def _unschedulable(self, watch: _Watch, pod: dict[str, Any], age: float
                              ) -> WorkerExit:
-        try:
-            listed = await self._call(self._core().list_namespaced_event, watch.namespace,
-                                      field_selector=f"involvedObject.name={watch.name}")
-            events = events_of(pod, list(listed.get("items") or []))
-        except CairnError:
-            events = []  # no Events (none yet, or no right to list them): the pod says enough
+        events = events_of(pod, await self._pods.events(watch.namespace, watch.name))
         reason = pending_reason(pod, events) or Pending("pending", "the cluster gave no reason")
-        await self._delete(watch, 0)
+        await self._pods.delete(watch.namespace, watch.name, 0)
         ended = WorkerExit(launch_id=watch.handle.launch_id, exit_code=None,
                            cause="unschedulable", ended_at=datetime.now(UTC),
                            message=f"pending for {age:.0f} s, past its pending_timeout of "
@@ -343,7 +327,7 @@ class KubernetesBackend:
     async def _stop(self, watch: _Watch, grace_s: float) -> None:
         # The log goes with the pod: keep what it has before asking it to stop.
         await self._save_log(watch)
-        await self._delete(watch, grace_s)
+        await self._pods.delete(watch.namespace, watch.name, grace_s)
 
     async def _finish(self, watch: _Watch, pod: dict[str, Any] | None) -> WorkerExit:
         handle = watch.handle
@@ -352,7 +336,7 @@ class KubernetesBackend:
             await self._save_log(watch)
             code, cause, message = outcome(pod)
         else:
-            kept = await asyncio.to_thread(_read_record, handle.workdir)
+            kept = await asyncio.to_thread(read_record, handle.workdir)
             if kept is not None and not (watch.cancelled or watch.timed_out):
                 self._forget(handle)
                 self._ended[handle.launch_id] = kept
@@ -368,12 +352,12 @@ class KubernetesBackend:
                            message=message, ended_at=now)
         ended = await self._record(watch, ended)
         if pod is not None:
-            await self._delete(watch, 0)
+            await self._pods.delete(watch.namespace, watch.name, 0)
         return ended
 
     async def _record(self, watch: _Watch, ended: WorkerExit) -> WorkerExit:
         # Written before the pod is deleted: a launcher that dies in between still knows.
-        await asyncio.to_thread(_write_record, watch.handle.workdir, ended)
+        await asyncio.to_thread(write_record, watch.handle.workdir, ended)
         self._ended[watch.handle.launch_id] = ended
         self._forget(watch.handle)
         return ended
@@ -388,95 +372,11 @@ class KubernetesBackend:
             if stopped is not None:
                 stopped.stop()
 
-    # -- API calls ------------------------------------------------------------------------
-
-    async def _connect(self) -> None:
-        """Make the API client on first use (in a thread: it reads the kubeconfig).
-
-        Raises:
-            LaunchFailed: the client cannot be configured (or is not installed).
-        """
-        if self._api is None:
-            try:
-                api = await asyncio.to_thread(kube.api_client, self.cluster)
-            except CairnError as exc:
-                raise LaunchFailed(f"cannot reach the cluster: {exc}") from None
-            self._api, self._core_api = api, kube.core_api(api)
-
-    def _core(self) -> Any:
-        assert self._core_api is not None, "_connect() first"
-        return self._core_api
-
-    async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One API call in a thread, bounded, its answer as JSON.
-
-        Raises:
-            NotFound: 404 (the object is gone); other `CairnError`s as `kube.call` says.
-        """
-        return await asyncio.to_thread(kube.call, method, *args,
-                                       timeout_s=self.request_timeout_s, **kwargs)
-
-    async def _delete(self, watch: _Watch, grace_s: float) -> None:
-        with contextlib.suppress(CairnError):  # NotFound: gone already
-            await self._call(self._core().delete_namespaced_pod, watch.name, watch.namespace,
-                             grace_period_seconds=max(0, round(grace_s)))
-
     async def _pod_log(self, handle: LaunchHandle, offset: int) -> bytes:
-        namespace, name = _where(handle)
-        try:
-            data: bytes = await asyncio.to_thread(
-                kube.call_raw, self._core().read_namespaced_pod_log, name, namespace,
-                container=CONTAINER, timeout_s=self.request_timeout_s)
-        except CairnError:
-            return b""  # not started yet, or gone: its output is in worker.log by then
+        data = await self._pods.log(*_where(handle))
         return data[offset:]
 
     async def _save_log(self, watch: _Watch) -> None:
         data = await self._pod_log(watch.handle, 0)
         if data:
             await asyncio.to_thread(Path(watch.handle.log_path).write_bytes, data)
-
-
-def _settings(platform: dict[str, Any]) -> KubernetesSettings:
-    raw = platform.get("kubernetes") or {}
-    try:
-        settings = msgspec.convert(raw, KubernetesSettings)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput(f"kubernetes settings: {exc}", field="kubernetes") from None
-    pending = parse_duration(settings.pending_timeout)  # seconds already, from the loader
-    return msgspec.structs.replace(settings, pending_timeout=pending)
-
-
-def _template(path: str | None) -> dict[str, Any] | None:
-    """The study's pod template (a Pod manifest), or None."""
-    if path is None:
-        return None
-    try:
-        doc = parse(read_text(Path(path)), path)
-    except InvalidInput as exc:
-        raise LaunchFailed(f"pod template: {exc}", file=path) from None
-    data = doc.data
-    if not isinstance(data, dict) or data.get("kind", "Pod") != "Pod" or not isinstance(
-            data.get("spec", {}), dict):
-        raise LaunchFailed("a pod template is a Pod manifest (kind: Pod, with a spec)",
-                           file=path)
-    return data
-
-
-def _has_code(code_dir: str) -> bool:
-    return any(p.name != ".complete" for p in Path(code_dir).iterdir())
-
-
-def _read_record(workdir: str) -> WorkerExit | None:
-    try:
-        return msgspec.json.decode((Path(workdir) / CONTROL_DIR / RECORD).read_bytes(),
-                                   type=WorkerExit)
-    except (OSError, msgspec.DecodeError):
-        return None
-
-
-def _write_record(workdir: str, ended: WorkerExit) -> None:
-    path = Path(workdir) / CONTROL_DIR / RECORD
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(msgspec.json.encode(ended))

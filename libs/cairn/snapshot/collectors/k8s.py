@@ -11,8 +11,8 @@ them, Cairn names for GPU resources, labels and taints).
              K8s.label.<key> (nvidia.com/* and feature.node.kubernetes.io/* labels)
              K8s.taint.<key> = "<value>:<effect>" (or ":<effect>" without a value)
 
-Takes either a `kubernetes` ApiClient or already-fetched JSON dicts, so it runs on recorded
-objects in tests.
+Takes a site.yaml's `kubernetes:` section (a site's snapshotter passes it), a `kubernetes`
+ApiClient, or already-fetched JSON dicts, so it runs on recorded objects in tests.
 """
 
 from __future__ import annotations
@@ -23,11 +23,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from cairn.snapshot.collectors.collected import ClusterCollected, guarded_cluster
-from cairn.snapshot.model import Reading
+from cairn.snapshot.model import CollectorError, Reading
 
 GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/pci-10de")
 REQUEST_TIMEOUT = 10.0
+RBAC_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
+)
+"""The snapshotter's rights, cluster-wide (a ClusterRole): exactly what `_fetch` lists.
+`/version` is readable by every authenticated client (system:public-info-viewer)."""
 
 _SEMVER = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
 
@@ -131,44 +137,62 @@ def cluster_readings(
     return result
 
 
-def _fetch(api_client: Any) -> dict[str, Any]:
-    """Fetch the same documents through the official client, as plain JSON-shaped dicts."""
+def _fetch(api_client: Any) -> tuple[dict[str, Any], list[CollectorError]]:
+    """Fetch the same documents through the official client, as plain JSON (not the
+    client's models, which reject a document with any field filled unexpectedly). Each list
+    stands alone: one the API refuses (RBAC, an old server) is an error beside the rest."""
+    from cairn.errors import CairnError
+    from cairn.kube import call
+
     # Optional dependency, imported only when a live client is given (and untyped).
     k8s: Any = importlib.import_module("kubernetes.client")
+    core, apps = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client)
+    calls = {"version": k8s.VersionApi(api_client).get_code, "nodes": core.list_node,
+             "namespaces": core.list_namespace,
+             "deployments": apps.list_deployment_for_all_namespaces}
+    docs: dict[str, Any] = {"version": None, "nodes": [], "namespaces": [], "deployments": []}
+    errors: list[CollectorError] = []
+    for what, method in calls.items():
+        try:
+            answer = call(method, timeout_s=REQUEST_TIMEOUT)
+        except CairnError as exc:
+            errors.append(CollectorError(collector="kubernetes", message=f"{what}: {exc}"))
+            continue
+        docs[what] = answer if what == "version" else list(answer.get("items") or [])
+    docs["namespaces"] = [ns["metadata"]["name"] for ns in docs["namespaces"]]
+    return docs, errors
 
-    timeout = REQUEST_TIMEOUT
-    serialize = api_client.sanitize_for_serialization
-    version = serialize(k8s.VersionApi(api_client).get_code(_request_timeout=timeout))
-    core = k8s.CoreV1Api(api_client)
-    nodes = serialize(core.list_node(_request_timeout=timeout))["items"]
-    namespaces = [
-        ns["metadata"]["name"]
-        for ns in serialize(core.list_namespace(_request_timeout=timeout))["items"]
-    ]
-    apps = k8s.AppsV1Api(api_client)
-    deployments = serialize(apps.list_deployment_for_all_namespaces(_request_timeout=timeout))[
-        "items"
-    ]
-    return {
-        "version": version,
-        "nodes": nodes,
-        "namespaces": namespaces,
-        "deployments": deployments,
-    }
+
+def _from_api(api_client: Any) -> ClusterCollected:
+    docs, errors = _fetch(api_client)
+    result = cluster_readings(**docs)
+    result.errors.extend(errors)
+    return result
 
 
 @guarded_cluster("kubernetes")
 def collect(
     *,
+    cluster: Any = None,
     api_client: Any = None,
     version: dict[str, Any] | None = None,
     nodes: list[dict[str, Any]] | None = None,
     namespaces: list[str] | None = None,
     deployments: list[dict[str, Any]] | None = None,
 ) -> ClusterCollected:
-    """Collect from a live `kubernetes.client.ApiClient`, or from fetched JSON documents."""
+    """Collect from the cluster a site.yaml's `kubernetes:` section (`cluster`, a
+    `cairn.spec.site.KubernetesCluster`) names, a live `kubernetes.client.ApiClient`, or
+    fetched JSON documents."""
+    if cluster is not None:
+        from cairn.kube import api_client as connect
+
+        client = connect(cluster)
+        try:
+            return _from_api(client)
+        finally:
+            client.close()
     if api_client is not None:
-        return cluster_readings(**_fetch(api_client))
+        return _from_api(api_client)
     return cluster_readings(
         version=version,
         nodes=nodes or [],
