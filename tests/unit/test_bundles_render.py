@@ -212,6 +212,8 @@ def test_bad_input_is_one_message_and_exit_3(capsys: pytest.CaptureFixture[str],
     assert code == 3 and "--repo-url" in err
     code, _, err = cairn(capsys, "bundle", "--recipe", "no-such", "-o", str(tmp_path / "o"))
     assert code == 4
+    code, _, err = cairn(capsys, "bundle", "--recipe", "cpu-slurm", "-o", str(tmp_path / "o"))
+    assert code == 3 and "deploys no components" in err
     assert not (tmp_path / "o").exists()
 
 

@@ -45,11 +45,15 @@ def plan_bundle(catalog: Catalog, recipe_name: str, deployer: Deployer,
     for assignment in sets:
         apply_set(composed, assignment)
     by_name = {c.name: c for c in recipe.components}
+    if not by_name:
+        raise InvalidInput(f"recipe {recipe.name!r} deploys no components (a bundle is for "
+                           "Kubernetes recipes)", field="recipe")
     for component in recipe.components:
-        if not component.chart or not component.version:
+        if not (component.chart and component.version and component.repository):
             raise InvalidInput(
-                f"component {component.name!r} has no chart or no version; a bundle deploys "
-                "Helm charts at pinned versions", field=f"components.{component.name}")
+                f"component {component.name!r} needs a chart, a repository and a version; a "
+                "bundle deploys Helm charts at pinned versions",
+                field=f"components.{component.name}")
     order = deploy_order({c.name: c.dependencies for c in recipe.components})
     planned = []
     for name, wave in order:
