@@ -30,7 +30,8 @@ TraceHeaders = dict[str, str]
 """`traceparent` (and `tracestate` when there is one), ready to merge into message headers."""
 
 
-def _env_headers() -> TraceHeaders:
+def env_headers() -> TraceHeaders:
+    """The job's trace context a launcher handed its worker (`TRACEPARENT`, `TRACESTATE`)."""
     out = {}
     for header, var in ((TRACEPARENT, "TRACEPARENT"), (TRACESTATE, "TRACESTATE")):
         value = os.environ.get(var)
@@ -43,7 +44,7 @@ def _env_headers() -> TraceHeaders:
 # in a worker, the job's (TRACEPARENT, from the launcher) until a message says otherwise.
 # The default is never mutated: every change sets a new dict.
 _passed_on: ContextVar[TraceHeaders] = ContextVar("cairn_trace_headers",
-                                                  default=_env_headers())  # noqa: B039
+                                                  default=env_headers())  # noqa: B039
 
 
 def _w3c() -> Any:
@@ -70,8 +71,11 @@ def _context_of(headers: dict[str, str] | None) -> Any:
 
 
 def setup(service_name: str, *, exporter: SpanExporter | None = None,
-          endpoint: str | None = None) -> bool:
-    """Install the tracer provider. Returns whether tracing is on."""
+          endpoint: str | None = None, site: str | None = None) -> bool:
+    """Install the tracer provider. Returns whether tracing is on.
+
+    Sampling follows OpenTelemetry's `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`
+    (default: every trace whose parent is sampled, and every new one)."""
     global _tracer, _provider
     endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if exporter is None and not endpoint:
@@ -85,7 +89,10 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
 
         assert endpoint is not None
         exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    attributes = {"service.name": service_name}
+    if site:
+        attributes["cairn.site"] = site
+    provider = TracerProvider(resource=Resource.create(attributes))
     # A deep queue: bursts of publishes must not drop spans.
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200,
                                                    max_queue_size=65536,
@@ -124,7 +131,19 @@ def current_headers() -> TraceHeaders:
     return _headers_of(span) if span.get_span_context().is_valid else {}
 
 
-def start_producer(subject: str, message_id: str) -> tuple[Any, TraceHeaders]:
+def event_attributes(event: object) -> dict[str, str]:
+    """What a span says of the event it carries: its type and its study, job, site, role."""
+    config = getattr(event, "__struct_config__", None)
+    out = {"cairn.event": str(config.tag)} if config is not None and config.tag else {}
+    for name in ("study", "job", "site", "role"):
+        value = getattr(event, name, None)
+        if isinstance(value, str) and value:
+            out[f"cairn.{name}"] = value
+    return out
+
+
+def start_producer(subject: str, message_id: str, event: object = None
+                   ) -> tuple[Any, TraceHeaders]:
     """Start a PRODUCER span for one publish; returns (span or None, trace headers to send)."""
     tracer = _tracer
     if tracer is None:
@@ -134,7 +153,8 @@ def start_producer(subject: str, message_id: str) -> tuple[Any, TraceHeaders]:
     span = tracer.start_span(
         f"{subject} publish", kind=SpanKind.PRODUCER,
         attributes={"messaging.system": "nats", "messaging.destination.name": subject,
-                    "messaging.operation.type": "publish", "messaging.message.id": message_id},
+                    "messaging.operation.type": "publish", "messaging.message.id": message_id,
+                    **event_attributes(event)},
     )
     return span, _headers_of(span)
 
@@ -183,7 +203,7 @@ class ProducerBatch:
 
 @contextmanager
 def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str,
-                  message_id: str | None = None) -> Iterator[None]:
+                  message_id: str | None = None, event: object = None) -> Iterator[None]:
     """Run a handler inside a CONSUMER span whose parent is the message's trace context."""
     tracer = _tracer
     if tracer is None:
@@ -204,6 +224,7 @@ def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str
                                   "messaging.consumer.group.name": consumer}
     if message_id:
         attributes["messaging.message.id"] = message_id
+    attributes.update(event_attributes(event))
     with tracer.start_as_current_span(f"{subject} process", context=parent_ctx,
                                       kind=SpanKind.CONSUMER, attributes=attributes):
         yield
@@ -220,7 +241,31 @@ def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
         yield
 
 
+def trace_headers(headers: dict[str, str] | None) -> TraceHeaders:
+    """Just the W3C trace headers of a message's headers (to keep, and continue later)."""
+    return {k: v for k in (TRACEPARENT, TRACESTATE) if (v := (headers or {}).get(k))}
+
+
+@contextmanager
+def continued(headers: TraceHeaders | None, name: str,
+              **attributes: str | int | float | bool) -> Iterator[None]:
+    """Run a block in the trace that `headers` carry, e.g. a job's, kept from the message
+    that began it: with tracing on, as an INTERNAL span `name` whose parent that is; off, the
+    headers are passed on to whatever the block publishes."""
+    tracer = _tracer
+    if tracer is None:
+        token = _passed_on.set(trace_headers(headers))
+        try:
+            yield
+        finally:
+            _passed_on.reset(token)
+        return
+    with tracer.start_as_current_span(name, context=_context_of(headers),
+                                      attributes=attributes):
+        yield
+
+
 def reset_from_env() -> None:
     """Take the job's trace context from `TRACEPARENT` again (for a process whose environment
     was replaced after this module was imported: a worker forked from a warm interpreter)."""
-    _passed_on.set(_env_headers())
+    _passed_on.set(env_headers())

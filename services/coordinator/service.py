@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from cairn import api, subjects
+from cairn import api, subjects, telemetry
 from cairn.bus import Bus, Delivery, kv, replay, skipper
 from cairn.coordinator.decide import Context, SiteStatus, decide_job, site_status
+from cairn.coordinator.eligibility import EvidenceBoard
 from cairn.coordinator.requests import Requests
 from cairn.errors import CairnError
 from cairn.events import (
@@ -27,9 +28,11 @@ from cairn.events import (
     FederationSite,
     FederationSiteAdded,
     Heartbeat,
+    JobSubmitted,
     StudyAdmin,
     StudyCreated,
     now,
+    tag_of,
 )
 from cairn.names import is_name
 from cairn.runtime.service import Runtime, ServiceConfig
@@ -57,9 +60,13 @@ class CoordinatorService:
         self.views: dict[str, StudyView] = {}
         self.applied: dict[str, int] = {}
         self.heartbeats: dict[str, tuple[Heartbeat, datetime]] = {}
+        # Each live job's trace (the headers its submit came with): decisions made later,
+        # on a tick or on another event, continue it, so a job is one trace.
+        self.job_traces: dict[str, telemetry.TraceHeaders] = {}
         self._lock = asyncio.Lock()
         self._applied = asyncio.Condition()
         self.started_at = datetime.now(UTC)
+        self.evidence = EvidenceBoard(opts, verifier="coordinator")
         self._ready = False
         self.rt: Runtime | None = None
 
@@ -81,6 +88,8 @@ class CoordinatorService:
         self.rt = rt
         await self._load_federation()
         await self._seed()
+        self.evidence.verifier = f"coordinator@{self.hub}"
+        await self.evidence.start(rt)
         for stream in await rt.bus.stream_names(subjects.STUDY_STREAM_PREFIX):
             study = subjects.study_of_stream(stream)
             if study is not None:
@@ -156,6 +165,7 @@ class CoordinatorService:
             last = item.seq
             if item.event is not None:
                 view = study_view.apply(view, item.event)
+                self._keep_trace(item.event, item.headers, view)
         self.views[study] = view
         self.applied[stream] = last
         await self.rt.consume(stream=stream, durable="coordinator",
@@ -174,6 +184,7 @@ class CoordinatorService:
         if d.stream_seq <= self.applied.get(d.stream, 0):
             return  # folded already at start
         self.views[study] = study_view.apply(self.views[study], event)
+        self._keep_trace(event, d.headers, self.views[study])
         self.applied[d.stream] = d.stream_seq
         async with self._applied:
             self._applied.notify_all()
@@ -222,19 +233,39 @@ class CoordinatorService:
             hb, seen = self.heartbeats.get(name, (None, None))
             sites[name] = site_status(hb, seen, t, stale_s=self.stale_s, lost_s=self.lost_s,
                                       name=name, since=self.started_at)
-        return Context(now=t, hub=self.hub, sites=sites)
+        return Context(now=t, hub=self.hub, sites=sites, evidence=self.evidence.view())
+
+    def _keep_trace(self, event: object, headers: dict[str, str] | None,
+                    view: StudyView) -> None:
+        job_id = getattr(event, "job", None)
+        if isinstance(event, JobSubmitted):
+            self.job_traces[event.job] = telemetry.trace_headers(headers)
+        elif isinstance(job_id, str) and job_id in self.job_traces:
+            job = view.jobs.get(job_id)
+            if job is not None and job.terminal:
+                del self.job_traces[job_id]
 
     async def _decide(self, study: str, job_id: str, ctx: Context | None = None) -> None:
         view = self.views[study]
         job = view.jobs.get(job_id)
         if job is None or job.terminal:
             return
-        for event in decide_job(job, view.study, ctx or self.context()):
-            try:
-                await self.bus.publish(event)
-            except CairnError as exc:
-                log.warning("could not publish %s: %s", event.id, exc)
-                return
+        if job.spec.requires is not None and job.state in ("submitted", "queued"):
+            # A gated dispatch judges the freshest evidence and snapshots (eligibility.py).
+            await self.evidence.catch_up(sorted(self.fed_sites), job.spec.requires.recipe)
+            ctx = self.context()
+        decided = decide_job(job, view.study, ctx or self.context())
+        if not decided:
+            return
+        with telemetry.continued(self.job_traces.get(job_id), "coordinator decide",
+                                 **{"cairn.study": study, "cairn.job": job_id,
+                                    "cairn.decision": ",".join(tag_of(e) for e in decided)}):
+            for event in decided:
+                try:
+                    await self.bus.publish(event)
+                except CairnError as exc:
+                    log.warning("could not publish %s: %s", event.id, exc)
+                    return
 
     async def _ticker(self) -> None:
         while True:

@@ -16,9 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-import msgspec
-
-from cairn import subjects, telemetry
+from cairn import api, subjects, telemetry
 from cairn.bus import KV, Delivery, kv, objects, skipper
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
@@ -48,6 +46,7 @@ from cairn.runtime.service import Runtime
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import launch as launch_state
 from cairn.state.launch import Launches, LaunchState
+from cairn.subjects import ApiAddress
 
 log = logging.getLogger("cairn.launcher")
 
@@ -91,6 +90,10 @@ class LauncherService:
         options: dict[str, Any] = {"workdir": self.workdir}
         if self.site_cfg.backend == "process":
             options["warm"] = True  # Python workers start from a warm interpreter
+        if self.site_cfg.backend == "slurm":
+            options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
+        if self.site_cfg.backend == "kubernetes":
+            options["cluster"] = self.site_cfg.kubernetes  # site.yaml: how to reach the API
         self.backend = load_backend(self.site_cfg.backend, **options)
         await rt.bus.ensure_site(self.site)
         self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord,
@@ -106,7 +109,7 @@ class LauncherService:
         await rt.consume(stream=subjects.site_stream(self.site).name, durable="launcher",
                          filters=[subjects.site_launch_all(self.site)], decoder=SITE_DECODER,
                          handler=self._on_command)
-        await rt.serve(subjects.site_logs(self.site), self._serve_logs)
+        await rt.serve_api(subjects.site_logs(self.site), self._serve_logs)
         self._ready = True
 
     async def stop(self) -> None:
@@ -203,20 +206,29 @@ class LauncherService:
 
     async def _spec(self, req: LaunchRequested) -> LaunchSpec:
         code_dir = await self._bundle(req.study or "", req.code_digest)
+        # A Kubernetes Secret is mounted into the pod by the cluster: never read here.
+        own, mounted = dict(req.secret_refs), {}
+        if self.site_cfg.backend == "kubernetes":
+            mounted = {k: v for k, v in own.items() if v.startswith("k8s:")}
+            own = {k: v for k, v in own.items() if k not in mounted}
         env = {
             "CAIRN_NATS_URL": self.site_cfg.worker_nats_url, "CAIRN_STUDY": req.study or "",
             "CAIRN_JOB": req.job, "CAIRN_SITE": self.site, "CAIRN_ROLE": req.role,
             "CAIRN_RANK": str(req.rank), "CAIRN_ATTEMPT": str(req.attempt),
             "CAIRN_PARAMS": json.dumps(req.params),
         }
-        traceparent = telemetry.current_traceparent()
-        if traceparent:
-            env["TRACEPARENT"] = traceparent
+        # The job's trace goes on in the worker: W3C headers as env, and where this launcher
+        # exports spans, the worker exports to the same place, sampled the same way.
+        for header, value in telemetry.current_headers().items():
+            env[header.upper()] = value
+        if telemetry.enabled():
+            env.update({k: v for k in TRACING_ENV if (v := os.environ.get(k))})
         return LaunchSpec(
             launch_id=req.launch_id, job=req.job, study=req.study or "", site=self.site,
             role=req.role, rank=req.rank, attempt=req.attempt, entrypoint=req.entrypoint,
             code_dir=str(code_dir), env=env, study_env=dict(req.env),
-            secret_env={**resolve_secrets(req.secret_refs), **self._worker_creds(req)},
+            secret_env={**resolve_secrets(own), **self._worker_creds(req)},
+            secret_refs=mounted,
             datasets=dict(req.datasets),
             gpus=list(req.gpus), millicpus=req.resources.millicpus,
             memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
@@ -300,21 +312,25 @@ class LauncherService:
 
     # -- logs -------------------------------------------------------------------------------
 
-    async def _serve_logs(self, msg: Any) -> bytes:
-        try:
-            args = msgspec.json.decode(msg.data or b"{}", type=dict[str, Any])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidInput(f"malformed logs request: {exc}") from None
-        record = self.records.get(str(args.get("launch_id", "")))
+    async def _serve_logs(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
+        match envelope.request:
+            case api.LogRead(launch_id=launch_id, offset=offset, max_bytes=max_bytes):
+                pass
+            case other:
+                raise NotFound(f"the launcher does not serve {api.verb_of(other)!r}")
+        record = self.records.get(launch_id)
         if record is None or record.handle is None:
-            raise NotFound(f"no worker {args.get('launch_id')} at site {self.site}")
-        offset = max(0, int(args.get("offset", 0)))
-        limit = min(int(args.get("max_bytes", 256 * 1024)), 1024 * 1024)
+            raise NotFound(f"no worker {launch_id} at site {self.site}", field="launch_id")
+        offset = max(0, offset)
+        limit = max(1, min(max_bytes, 1024 * 1024))
         data = await asyncio.to_thread(_read_from, Path(record.handle.log_path), offset, limit)
         done = record.state == "exited" and len(data) < limit
-        return msgspec.json.encode({"ok": True, "result": {
-            "data_b64": base64.b64encode(data).decode(), "offset": offset + len(data),
-            "done": done}})
+        return api.LogData(data_b64=base64.b64encode(data).decode(), offset=offset + len(data),
+                           done=done)
+
+
+TRACING_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")
+"""What a launcher that traces hands its workers, so their spans land beside its own."""
 
 
 def _state_of(record: LaunchRecord) -> LaunchState:

@@ -96,6 +96,8 @@ async def test_the_container_gets_the_contract_its_code_and_read_only_data(
     (source / "scan.txt").write_text("lungs")
     script = ("env; echo ---; cat hello.txt; echo; cat $CAIRN_DATA/ct/scan.txt; echo; "
               "touch $CAIRN_DATA/ct/new 2>/dev/null && echo WROTE || echo READONLY; "
+              "cat $DB_PASSWORD_FILE; echo; "
+              "(echo x > $DB_PASSWORD_FILE) 2>/dev/null && echo SECRET-WRITABLE || echo SECRET-RO; "
               "echo out > result.txt")
     ended, log = await run(backend, spec(
         code_dir, ["sh", "-c", script], study_env={"TZ": "UTC", "CAIRN_JOB": "shadowed"},
@@ -105,9 +107,13 @@ async def test_the_container_gets_the_contract_its_code_and_read_only_data(
     env_text, rest = log.split("---\n", 1)
     env = dict(line.split("=", 1) for line in env_text.splitlines() if "=" in line)
     assert env["CAIRN_WORKDIR"] == "/cairn/work" and env["CAIRN_DATA"] == "/cairn/data"
-    assert env["CAIRN_JOB"] == "j1" and env["TZ"] == "UTC" and env["DB_PASSWORD"] == "s3cret"
+    assert env["CAIRN_JOB"] == "j1" and env["TZ"] == "UTC"
+    # The secret is a read-only file, never an environment value.
+    assert "DB_PASSWORD" not in env and "s3cret" not in env_text
+    assert env["DB_PASSWORD_FILE"] == "/cairn/secrets/DB_PASSWORD"
     assert env["CUDA_VISIBLE_DEVICES"] == ""
-    assert rest.split() == ["from", "the", "bundle", "lungs", "READONLY"]
+    assert env["CAIRN_ALLOCATION"] == "gpus=0;gpu_ids=;cpus=;memory=0"
+    assert rest.split() == ["from", "the", "bundle", "lungs", "READONLY", "s3cret", "SECRET-RO"]
     assert not (source / "new").exists()
     # The working directory is the host's: what the worker wrote is there after it ended.
     workdir = tmp_path / "site" / "workers" / "j1_site-a_client_0_0"

@@ -48,6 +48,8 @@ print(json.dumps({
     "files": sorted(os.listdir(".")),
     "cpus": sorted(os.sched_getaffinity(0)),
     "python": sys.executable,
+    "secret": [open(f).read(), oct(os.stat(f).st_mode & 0o777)]
+              if (f := os.environ.get("DB_PASSWORD_FILE")) else None,
 }))
 """
 
@@ -135,7 +137,13 @@ async def test_worker_gets_contract_env_code_and_no_launcher_env(
         assert env[key] == CONTRACT[key]
     assert env["CAIRN_WORKDIR"] == handle.workdir == seen["cwd"]
     assert env["CAIRN_DATA"] == str(Path(handle.workdir) / ".cairn" / "data")
-    assert (env["TZ"], env["DB_PASSWORD"], env["PYTHONUNBUFFERED"]) == ("UTC", "s3cret", "1")
+    assert (env["TZ"], env["PYTHONUNBUFFERED"]) == ("UTC", "1")
+    # The secret is a 0400 file in the worker's private folder, never an environment value;
+    # it is gone once the worker has ended.
+    secret = Path(handle.workdir) / ".cairn" / "secrets" / "DB_PASSWORD"
+    assert "DB_PASSWORD" not in env and env["DB_PASSWORD_FILE"] == str(secret)
+    assert "s3cret" not in json.dumps(env) and not secret.exists()
+    assert seen["secret"] == ["s3cret", "0o400"]
     assert "LAUNCHER_ONLY_SECRET" not in env
     assert "app" in seen["files"] and "worker.log" in seen["files"]
     assert handle.workdir.endswith("workers/j1_site-a_client_0_0")

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+import msgspec
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -141,12 +142,19 @@ class Bus:
         await self.ensure(subjects.site_stream(site))
 
     async def stream_names(self, prefix: str = "") -> list[str]:
+        # STREAM.NAMES, not STREAM.LIST: names only, so a site allowed to list them learns
+        # no other stream's configuration.
         names: list[str] = []
-        infos = await self.js.streams_info()
-        for info in infos:
-            if info.config.name and info.config.name.startswith(prefix):
-                names.append(info.config.name)
-        return sorted(names)
+        offset = 0
+        while True:
+            msg = await self.nc.request("$JS.API.STREAM.NAMES",
+                                        msgspec.json.encode({"offset": offset}), timeout=5.0)
+            page = msgspec.json.decode(msg.data)
+            found = [n for n in page.get("streams") or [] if isinstance(n, str)]
+            names += [n for n in found if n.startswith(prefix)]
+            offset += len(found)
+            if not found or offset >= int(page.get("total", 0)):
+                return sorted(names)
 
     async def get_message(self, stream: str, seq: int) -> tuple[str, dict[str, str], bytes]:
         """One stored message by sequence: (subject, headers, data)."""
@@ -173,9 +181,9 @@ class Bus:
 
     # -- publishing ---------------------------------------------------------------------
 
-    def _headers(self, subject: str, msg_id: str,
-                 extra: dict[str, str] | None) -> tuple[dict[str, str], Any]:
-        span, trace_headers = telemetry.start_producer(subject, msg_id)
+    def _headers(self, subject: str, msg_id: str, extra: dict[str, str] | None,
+                 event: Event | None = None) -> tuple[dict[str, str], Any]:
+        span, trace_headers = telemetry.start_producer(subject, msg_id, event)
         headers = {MSG_ID: msg_id, **trace_headers}
         if extra:
             headers.update(extra)
@@ -190,12 +198,12 @@ class Bus:
         """
         subject = subject or subjects.subject_of(event)
         return await self.publish_bytes(subject, encode(event), msg_id=event.id,
-                                        headers=headers, timeout=timeout)
+                                        headers=headers, timeout=timeout, event=event)
 
     async def publish_bytes(self, subject: str, payload: bytes, *, msg_id: str,
                             headers: dict[str, str] | None = None,
-                            timeout: float = 30.0) -> int:
-        hdrs, span = self._headers(subject, msg_id, headers)
+                            timeout: float = 30.0, event: Event | None = None) -> int:
+        hdrs, span = self._headers(subject, msg_id, headers, event)
         try:
             ack = await self._retry(
                 lambda: self.js.publish(subject, payload, timeout=2.0, headers=hdrs),

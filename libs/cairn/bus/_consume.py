@@ -187,7 +187,7 @@ class Subscription(Generic[T]):
             return
         try:
             with telemetry.consumer_span(msg.subject, headers, consumer=self.durable,
-                                         message_id=headers.get(MSG_ID)):
+                                         message_id=headers.get(MSG_ID), event=event):
                 await self.handler(event, delivery)
         except asyncio.CancelledError:
             await _quiet(msg.nak())

@@ -25,6 +25,7 @@ class Replayed(Generic[T]):
     event: T | None
     raw: bytes
     error: str | None = None
+    headers: dict[str, str] | None = None
 
 
 async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None = None, *,
@@ -77,7 +78,7 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
                         error = str(exc)
                 yield Replayed(seq=int(meta.sequence.stream), subject=msg.subject,
                                time=meta.timestamp, event=event, raw=bytes(msg.data),
-                               error=error)
+                               error=error, headers=dict(msg.headers or {}))
     finally:
         try:
             await psub.unsubscribe()

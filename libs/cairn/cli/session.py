@@ -8,6 +8,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
+from cairn import telemetry
 from cairn.client import Client
 
 P = ParamSpec("P")
@@ -37,10 +38,24 @@ def run(coro: Coroutine[Any, Any, R]) -> R:
 
 
 def with_client(study: str | None, actor: str | None, body: Callable[[Client], Awaitable[R]]) -> R:
-    """Connect, run `body(client)`, close: the shape of every client command."""
+    """Connect, run `body(client)`, close: the shape of every client command.
+
+    With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the command is the root span of its trace (a
+    `cairn job submit` begins the job's trace, which every service then continues)."""
+    ctx, words = click.get_current_context(silent=True), []
+    while ctx is not None and ctx.parent is not None:
+        words.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    name = " ".join(["cairn", *words])
+    traced = telemetry.setup("cairn-cli")
 
     async def main() -> R:
-        async with await Client.connect(study=study, actor=actor) as client:
-            return await body(client)
+        with telemetry.span(name, **{"cairn.study": study or "", "cairn.actor": actor or ""}):
+            async with await Client.connect(study=study, actor=actor) as client:
+                return await body(client)
 
-    return run(main())
+    try:
+        return run(main())
+    finally:
+        if traced:
+            telemetry.shutdown()

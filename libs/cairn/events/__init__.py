@@ -55,6 +55,7 @@ from cairn.events.site import (
     DeploymentRejected,
     SiteCommand,
     SiteJobEvent,
+    WorkerAllocation,
     WorkerExited,
     WorkerLaunching,
     WorkerRunning,
@@ -137,7 +138,8 @@ __all__ = [
     "SiteJobEvent", "SiteStreamEvent", "SnapshotDrift", "SnapshotRecorded", "StudyAdmin",
     "StudyAdminAdded", "StudyAdminEvent", "StudyAdminRemoved", "StudyCreated", "StudySiteAdded",
     "StudySiteRemoved", "StudyStreamEvent", "ValidationCompleted", "ValidationPhase",
-    "ValidationStarted", "WorkerEvent", "WorkerExited", "WorkerLaunching", "WorkerMetric",
-    "WorkerProgress", "WorkerResult", "WorkerRunning", "decode", "encode", "event_types", "now",
+    "ValidationStarted", "WorkerAllocation", "WorkerEvent", "WorkerExited", "WorkerLaunching",
+    "WorkerMetric", "WorkerProgress", "WorkerResult", "WorkerRunning", "decode", "encode",
+    "event_types", "now",
     "stamp", "tag_of",
 ]

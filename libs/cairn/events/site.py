@@ -75,7 +75,21 @@ class WorkerLaunching(Event, tag="worker.launching", frozen=True, kw_only=True):
     backend: str
 
 
+class WorkerAllocation(msgspec.Struct, frozen=True, kw_only=True):
+    """What the site allocated to a worker, which the worker proves before its code runs
+    (`CAIRN_ALLOCATION`, cairn.worker.allocation): GPUs asked for (per node), the device ids
+    given (empty where the platform picks them), CPUs pinned to, memory limit in bytes."""
+
+    gpus: int = 0
+    gpu_ids: list[str] = []
+    cpus: list[int] = []
+    memory_bytes: int = 0
+
+
 class WorkerRunning(Event, tag="worker.running", frozen=True, kw_only=True):
+    """The backend started the worker. `allocation` is what it was given; a worker that can
+    use other GPUs than that ends at once with cause `allocation-mismatch`."""
+
     job: str
     site: str
     role: str
@@ -83,6 +97,7 @@ class WorkerRunning(Event, tag="worker.running", frozen=True, kw_only=True):
     attempt: int = 0
     launch_id: str
     native_id: str = ""
+    allocation: WorkerAllocation | None = None
 
 
 class WorkerExited(Event, tag="worker.exited", frozen=True, kw_only=True):

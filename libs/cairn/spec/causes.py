@@ -34,5 +34,8 @@ class Cause(StrEnum):
     """Fewer than `min_sites` clients remain, so the job cannot go on."""
     UNSCHEDULABLE = "unschedulable"
     """No capacity within `queue_timeout`, or no eligible site at all."""
+    ALLOCATION_MISMATCH = "allocation-mismatch"
+    """The worker could use more GPUs than it asked for, or fewer: it proved its allocation
+    before its code ran (cairn.worker.allocation) and ended."""
     INFRASTRUCTURE = "infrastructure"
     """A Cairn or platform failure unrelated to the job's own code (retried per `retries`)."""

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from cairn import subjects
+from cairn import subjects, telemetry
 from cairn.bus import Bus, objects, replay
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
@@ -151,8 +151,12 @@ class Worker:
         await self.close()
 
     async def connect(self) -> None:
+        from cairn.trust.connect import worker_credentials
+
+        creds, tls = worker_credentials(os.environ)
         self._bus = await Bus.connect(self.nats_url, retry_for=self.connect_timeout,
-                                      name=f"worker-{self.job}-{self.role}-{self.rank}")
+                                      name=f"worker-{self.job}-{self.role}-{self.rank}",
+                                      creds=creds, tls=tls)
         self._data = DataPlane(self._bus, study=self.study, job=self.job, site=self.site,
                                role=self.role, rank=self.rank)
         await self._data.start()
@@ -298,9 +302,17 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
         print(f"cairn.worker: {exc}", file=sys.stderr)
         sys.exit(2)
 
+    # With an OTLP endpoint from the launcher, the worker's spans join the job's trace
+    # (TRACEPARENT); without one, OpenTelemetry is never imported.
+    traced = telemetry.setup("cairn-worker", site=worker.site)
+
     async def run() -> None:
-        async with worker:
-            await fn(worker)
+        with telemetry.continued(telemetry.env_headers(), f"worker {worker.role}",
+                                 **{"cairn.study": worker.study, "cairn.job": worker.job,
+                                    "cairn.site": worker.site, "cairn.role": worker.role,
+                                    "cairn.rank": worker.rank}):
+            async with worker:
+                await fn(worker)
 
     try:
         asyncio.run(run())
@@ -311,6 +323,9 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
         print(f"cairn.worker: {worker.role}/{worker.rank} at {worker.site} failed: {exc}",
               file=sys.stderr, flush=True)
         sys.exit(1)
+    finally:
+        if traced:
+            telemetry.shutdown()  # flush the worker's spans before it ends
     _exit_now(0)
 
 

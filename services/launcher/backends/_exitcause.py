@@ -1,6 +1,7 @@
 """How a worker ended, from what the process backend could observe: a pure function.
 
-Evidence, strongest first: the launch never started (wrapper record has `error`); we stopped
+Evidence, strongest first: the launch never started (wrapper record has `error`); the worker
+found the wrong GPUs and ended (exit 78 with its allocation report saying so); we stopped
 it (timeout, cancel); the kernel OOM-killed something in its cgroup; its exit code.
 
 The RLIMIT_AS heuristic: under RLIMIT_AS nothing is killed, an allocation just fails. A Python
@@ -18,6 +19,7 @@ import msgspec
 
 from cairn.launcher.backends._proc import signal_name
 from cairn.launcher.backends.base import ExitCause
+from cairn.worker.allocation import MISMATCH_EXIT
 
 # A Python traceback's last line names the exception: "MemoryError" or "x.OutOfMemoryError: ..".
 _PY_OUT_OF_MEMORY = re.compile(rb"(?:[\w.]+\.)?(?:MemoryError|OutOfMemoryError)(?::.*)?")
@@ -44,6 +46,7 @@ class Observed(msgspec.Struct, frozen=True, kw_only=True):
     oom_kills: int = 0
     log_tail: bytes = b""
     memory_limit: str = "none"
+    allocation_mismatch: str | None = None  # the worker's own report: what it could see
 
 
 def ran_out_of_memory(log_tail: bytes) -> bool:
@@ -58,6 +61,9 @@ def classify(seen: Observed) -> tuple[int | None, ExitCause | None, str]:
     code, how = _exit_code(seen)
     if seen.record is not None and seen.record.error:
         return None, "launch-failed", seen.record.error
+    if seen.allocation_mismatch is not None and code == MISMATCH_EXIT:
+        return code, "allocation-mismatch", (
+            f"ended before its code ran: {seen.allocation_mismatch}")
     if seen.timed_out:
         return code, "timeout", f"ran past its timeout of {seen.timeout_s:g} s and was stopped"
     if seen.cancelled:

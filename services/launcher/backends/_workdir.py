@@ -5,6 +5,8 @@ Layout of `<site workdir>/workers/<launch id, '/' -> '_'>/`:
     ./              the code bundle, copied (cwd: `python -m pkg` finds it)
     worker.log      stdout and stderr
     .cairn/exit.json    how it ended (written by the wrapper)
+    .cairn/allocation.json  what the worker could see of its allocation (written by it)
+    .cairn/secrets/<NAME>   each secret_env value, mode 0400 (`<NAME>_FILE` in the env)
     .cairn/data/<dataset> -> source     $CAIRN_DATA
 
 The bundle is copied, not linked: workers write into their cwd, and the unpacked bundle is
@@ -28,6 +30,7 @@ from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._exitcause import LOG_TAIL_BYTES, ExitRecord
 from cairn.launcher.backends.base import LaunchSpec
 from cairn.launcher.backends.errors import LaunchFailed
+from cairn.worker.allocation import read_report
 
 _SAFE_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 LOG_NAME = "worker.log"
@@ -50,8 +53,53 @@ def data_dir(workdir: str | Path) -> Path:
     return Path(workdir) / CONTROL_DIR / "data"
 
 
-def prepare_workdir(spec: LaunchSpec, root: Path) -> Path:
-    """Make the working directory: code copied in, datasets linked. Blocking file I/O.
+def secrets_dir(workdir: str | Path) -> Path:
+    return Path(workdir) / CONTROL_DIR / "secrets"
+
+
+def write_secrets(spec: LaunchSpec, folder: Path, owner: tuple[int, int] | None = None) -> None:
+    """Each `secret_env` value as `folder/<NAME>`, mode 0400, in a new 0700 folder (given to
+    `owner` (uid, gid) where the worker runs as another user). Blocking file I/O."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name, value in spec.secret_env.items():
+        path = folder / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o400)
+        try:
+            os.write(fd, value.encode("utf-8"))
+            if owner is not None:
+                os.fchown(fd, *owner)
+        finally:
+            os.close(fd)
+    if owner is not None:
+        os.chown(folder, *owner)
+
+
+def numeric_owner(user: object) -> tuple[int, int] | None:
+    """(uid, gid) of a container `user` setting written as numbers (`1000`, `1000:1000`), so
+    the secret files are readable by it; None for root or a name (which only the image
+    knows: run such workers as a numeric uid to give them secrets)."""
+    if not user:
+        return None
+    uid, _, gid = str(user).partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        return None
+    return int(uid), int(gid or uid)
+
+
+def remove_secrets(folder: Path) -> None:
+    """Delete a worker's secret files once it has ended."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def secret_file_env(spec: LaunchSpec, folder: str) -> dict[str, str]:
+    """What the worker learns of its secrets: `<NAME>_FILE`, the path of each value's file
+    as the worker sees it; never the value (so never in `ps e`, `docker inspect`, a pod)."""
+    return {f"{name}_FILE": f"{folder}/{name}" for name in spec.secret_env}
+
+
+def prepare_workdir(spec: LaunchSpec, root: Path, *, secrets: bool = False) -> Path:
+    """Make the working directory: code copied in, datasets linked, and (with `secrets`) the
+    secret files in its private `.cairn/secrets/`. Blocking file I/O.
 
     Raises:
         Conflict: the directory exists (this launch id was launched before: reattach).
@@ -79,6 +127,8 @@ def prepare_workdir(spec: LaunchSpec, root: Path) -> Path:
         data_dir(workdir).mkdir(parents=True, exist_ok=True)
         for name, mount in spec.datasets.items():
             (data_dir(workdir) / dir_name(name)).symlink_to(Path(mount.source).resolve())
+        if secrets and spec.secret_env:
+            write_secrets(spec, secrets_dir(workdir))
     except OSError as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         raise LaunchFailed(f"cannot prepare {workdir}: {exc}") from exc
@@ -96,7 +146,8 @@ def base_env(python: str, home: str) -> dict[str, str]:
     }
 
 
-def worker_env(spec: LaunchSpec, workdir: Path, python: str) -> dict[str, str]:
+def worker_env(spec: LaunchSpec, workdir: Path, python: str, *,
+               secret_files: bool = False) -> dict[str, str]:
     """The worker's whole environment: nothing of the launcher's leaks but PATH, HOME, LANG.
 
     Later layers win, and the contract comes last so that a study env can never shadow
@@ -104,7 +155,10 @@ def worker_env(spec: LaunchSpec, workdir: Path, python: str) -> dict[str, str]:
     """
     env = base_env(python, home=str(workdir))
     env.update(spec.study_env)
-    env.update(spec.secret_env)
+    # Files (`prepare_workdir(secrets=True)` wrote them): `<NAME>_FILE` names each. Values in
+    # the env are for backends that have not moved to files yet.
+    env.update(secret_file_env(spec, str(secrets_dir(workdir))) if secret_files
+               else spec.secret_env)
     env.update(spec.env)
     env["CAIRN_WORKDIR"] = str(workdir)
     env["CAIRN_DATA"] = str(data_dir(workdir))
@@ -155,6 +209,15 @@ def read_outcome(workdir: str, log_path: str) -> tuple[ExitRecord | None, bytes]
     with contextlib.suppress(OSError, msgspec.DecodeError):
         record = msgspec.json.decode(exit_path(workdir).read_bytes(), type=ExitRecord)
     return record, read_tail(log_path)
+
+
+def read_allocation_mismatch(workdir: str) -> str | None:
+    """What the worker's allocation report (`.cairn/allocation.json`) says was wrong; None
+    when it found nothing wrong or left no report."""
+    report = read_report(workdir)
+    if report is None or report.get("ok", True):
+        return None
+    return "; ".join(str(p) for p in report.get("problems") or []) or "allocation mismatch"
 
 
 def read_tail(log_path: str) -> bytes:

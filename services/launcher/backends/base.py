@@ -28,6 +28,7 @@ __all__ = [
     "LaunchHandle",
     "LaunchSpec",
     "WorkerExit",
+    "allocation_env",
     "capability_names",
     "load_backend",
     "make_launch_id",
@@ -54,7 +55,7 @@ def capability_names(capabilities: Capability) -> list[str]:
 
 # The part of JOBSPEC's closed cause set that a backend can observe about one worker.
 ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "infrastructure",
-                    "unschedulable"]
+                    "unschedulable", "allocation-mismatch", "image-not-approved"]
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +90,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
             (`{"docker": {...}}`, `{"kubernetes": {...}}`, `{"slurm": {...}}`).
         secret_refs: Secret references the backend resolves itself, unread by the launcher
             (`k8s:<secret>/<key>` on the kubernetes backend: mounted, never read).
+        gpus_requested: GPUs the job asked for (per node), which the worker proves it got
+            (`allocation_env`); None: as many as `gpus` lists.
     """
 
     launch_id: str
@@ -113,6 +116,12 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     platform: dict[str, Any] = {}
     secret_refs: dict[str, str] = {}
     nodes: int = 1
+    gpus_requested: int | None = None
+
+    @property
+    def gpus_asked(self) -> int:
+        """GPUs the job asked for (per node): `gpus_requested`, else as many as granted."""
+        return len(self.gpus) if self.gpus_requested is None else self.gpus_requested
 
     def __repr__(self) -> str:
         # Specs end up in logs and tracebacks; secret values must not.
@@ -122,6 +131,24 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
             for name in self.__struct_fields__
         )
         return f"LaunchSpec({fields})"
+
+
+def allocation_env(spec: LaunchSpec, cpus: list[int],
+                   gpu_ids: list[str] | None = None) -> dict[str, str]:
+    """`CAIRN_ALLOCATION` for the worker: what the site allocated, which the worker compares
+    with what it can see before the job's code runs (`cairn.worker.allocation`; a GPU
+    mismatch ends it with exit 78, reported as cause `allocation-mismatch`).
+
+    Args:
+        spec: The launch; its `gpus_asked` is the request.
+        cpus: The CPUs it is pinned to (empty: not pinned).
+        gpu_ids: The device ids it was given; default `spec.gpus`. Pass `[]` where the
+            platform picks them (Slurm), so only their count is checked.
+    """
+    from cairn.worker.allocation import ENV, encode
+
+    ids = spec.gpus if gpu_ids is None else gpu_ids
+    return {ENV: encode(spec.gpus_asked, ids, cpus, spec.memory_bytes)}
 
 
 class LaunchHandle(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,13 +8,20 @@ A worker's container:
   `image`), with the job's entrypoint as its whole command line (the image's ENTRYPOINT is
   replaced), in `/cairn/work`: the working directory on the host, code bundle copied in;
 - sees each dataset at `/cairn/data/<name>`, bind-mounted with its `mode` (here `ro` holds);
-- gets the worker contract (`CAIRN_WORKDIR=/cairn/work`, `CAIRN_DATA=/cairn/data`), the study's
-  env and resolved secrets, and nothing of the launcher's environment;
+- gets the worker contract (`CAIRN_WORKDIR=/cairn/work`, `CAIRN_DATA=/cairn/data`,
+  `CAIRN_ALLOCATION`), the study's env, and nothing of the launcher's environment;
+- gets each secret as a file, never an env value (so never in `docker inspect`): 0400 files
+  in a 0700 host tmpfs folder (`/dev/shm/cairn-secrets/<container>/`) mounted read-only at
+  `/cairn/secrets`, named by `<NAME>_FILE`, deleted when the container ends;
 - is limited by the engine: `--memory` (no swap beyond it), `--cpus` and `--cpuset-cpus`, and
-  the granted GPUs (`--gpus device=...`, which needs the NVIDIA container toolkit);
+  the granted GPUs (`--gpus device=...`, which needs the NVIDIA container toolkit; the
+  container sees only those, so `CUDA_VISIBLE_DEVICES` is left unset, and is empty without);
 - takes `network` (default: the engine's), `shm_size`, `user` and `runtime` (`nvidia` where
   the engine needs it named for GPUs) from the study's `docker:` settings;
 - is labelled `cairn.launch=<launch id>` and named after it, so a restarted launcher finds it.
+
+An image pinned by digest (`...@sha256:<hex>`) runs only if the local image is that content
+(`_docker_image.py`); else it is refused with cause `image-not-approved`.
 
 When it ends, its output is copied to `worker.log`, its state read (exit code, `OOMKilled`),
 and the container removed. Cancel is `docker stop` (SIGTERM, SIGKILL after the grace period).
@@ -41,6 +48,7 @@ from docker.types import DeviceRequest
 
 from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._cpus import pick_cpus
+from cairn.launcher.backends._docker_image import approved_image
 from cairn.launcher.backends._exitcause import Observed, classify
 from cairn.launcher.backends._watching import (
     find_watch,
@@ -52,10 +60,15 @@ from cairn.launcher.backends._workdir import (
     CONTROL_DIR,
     LOG_NAME,
     dir_name,
+    numeric_owner,
     prepare_workdir,
+    read_allocation_mismatch,
     read_chunk,
     read_tail,
+    remove_secrets,
+    secret_file_env,
     split_entrypoint,
+    write_secrets,
 )
 from cairn.launcher.backends.base import (
     Capability,
@@ -63,13 +76,16 @@ from cairn.launcher.backends.base import (
     LaunchHandle,
     LaunchSpec,
     WorkerExit,
+    allocation_env,
 )
 from cairn.launcher.backends.errors import LaunchFailed
+from cairn.worker.allocation import MISMATCH_EXIT
 
 __all__ = ["DockerBackend"]
 
 WORKDIR = "/cairn/work"
 DATA = "/cairn/data"
+SECRETS = "/cairn/secrets"
 LABEL = "cairn.launch"
 # study_runtime.yaml `docker:` keys -> `docker run` options.
 SETTINGS = {"network": "network_mode", "shm_size": "shm_size", "user": "user",
@@ -99,13 +115,19 @@ class DockerBackend:
         grace_s: Time between SIGTERM and SIGKILL when a timeout stops a worker.
         docker_host: The engine's URL; default `DOCKER_HOST`, else the local socket.
         poll_s: How often a watch looks at its container.
+        secrets_root: Host folder for the secret files (default `/dev/shm/cairn-secrets`, a
+            tmpfs, else `<workdir>/secrets`).
     """
 
     name = "docker"
 
     def __init__(self, workdir: str | Path, *, grace_s: float = 10.0,
-                 docker_host: str | None = None, poll_s: float = 0.25) -> None:
+                 docker_host: str | None = None, poll_s: float = 0.25,
+                 secrets_root: str | Path | None = None) -> None:
         self.root = Path(workdir)
+        shm = Path("/dev/shm")
+        self.secrets_root = Path(secrets_root) if secrets_root else (
+            shm / "cairn-secrets" if shm.is_dir() else self.root / "secrets")
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.base_url = (docker_host or os.environ.get("DOCKER_HOST")
@@ -139,6 +161,7 @@ class DockerBackend:
             container = await asyncio.to_thread(self._run, spec, argv, cpus, workdir)
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+            await asyncio.to_thread(remove_secrets, self._secrets_dir(spec.launch_id))
             raise
         handle = LaunchHandle(
             launch_id=spec.launch_id, backend=self.name, native_id=container.id,
@@ -222,13 +245,24 @@ class DockerBackend:
         if unknown:
             raise InvalidInput(f"docker settings {unknown}: this backend knows "
                                f"{', '.join(SETTINGS)}", field="docker")
+        image = approved_image(self.client, spec.image)
         volumes = {str(workdir): {"bind": WORKDIR, "mode": "rw"}}
         for name, mount in spec.datasets.items():
             volumes[str(Path(mount.source).resolve())] = {"bind": f"{DATA}/{dir_name(name)}",
                                                           "mode": mount.mode}
+        if spec.secret_env:
+            folder = self._secrets_dir(spec.launch_id)
+            try:
+                write_secrets(spec, folder, numeric_owner(settings.get("user")))
+            except OSError as exc:
+                raise LaunchFailed(f"cannot write the worker's secrets in {folder}: "
+                                   f"{exc.strerror}") from exc
+            volumes[str(folder)] = {"bind": SECRETS, "mode": "ro"}
+        environment = _env(spec)
+        environment.update(allocation_env(spec, cpus))
         options: dict[str, Any] = {
             "name": container_name(spec.launch_id), "entrypoint": argv, "working_dir": WORKDIR,
-            "environment": _env(spec), "volumes": volumes, "detach": True,
+            "environment": environment, "volumes": volumes, "detach": True,
             "labels": {LABEL: spec.launch_id, "cairn.job": spec.job, "cairn.site": spec.site,
                        "cairn.role": spec.role},
             "stdin_open": False, "tty": False,
@@ -247,14 +281,7 @@ class DockerBackend:
             options["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus),
                                                         capabilities=[["gpu"]])]
         try:
-            self.client.images.get(spec.image)
-        except docker.errors.ImageNotFound:
-            raise LaunchFailed(f"image {spec.image!r} is not on this site's Docker Engine "
-                               "(load or pull it first)", field="image") from None
-        except docker.errors.DockerException as exc:
-            raise LaunchFailed(f"the Docker Engine cannot be reached: {exc}") from exc
-        try:
-            return self.client.containers.run(spec.image, **options)
+            return self.client.containers.run(image, **options)
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
                 raise Conflict(f"container {options['name']} exists: launch {spec.launch_id} "
@@ -264,6 +291,9 @@ class DockerBackend:
             self._remove(options["name"])
             raise LaunchFailed(f"the Docker Engine refused the worker: "
                                f"{exc.explanation or exc}") from exc
+
+    def _secrets_dir(self, launch_id: str) -> Path:
+        return self.secrets_root / container_name(launch_id)
 
     def _state(self, container_id: str) -> dict[str, Any] | None:
         try:
@@ -322,6 +352,7 @@ class DockerBackend:
         else:
             with contextlib.suppress(OSError, ValueError):
                 state = dict(json.loads(await asyncio.to_thread(record.read_text)))
+        await asyncio.to_thread(remove_secrets, self._secrets_dir(handle.launch_id))
         code: int | None
         cause: ExitCause | None
         if state is None:
@@ -329,14 +360,18 @@ class DockerBackend:
             message = "its container is gone: it ended while the launcher was down and was removed"
         else:
             tail = await asyncio.to_thread(read_tail, handle.log_path)
+            status = int(state.get("ExitCode") or 0)
+            mismatch = None
+            if status == MISMATCH_EXIT:
+                mismatch = await asyncio.to_thread(read_allocation_mismatch, handle.workdir)
             code, cause, message = classify(Observed(
-                status_code=int(state.get("ExitCode") or 0), cancelled=watch.cancelled,
+                status_code=status, cancelled=watch.cancelled,
                 timed_out=watch.timed_out, timeout_s=handle.timeout_s,
                 oom_kills=1 if state.get("OOMKilled") else 0, log_tail=tail,
-                memory_limit="docker --memory"))
+                memory_limit="docker --memory", allocation_mismatch=mismatch))
             if state.get("Error"):
                 code, cause, message = None, "launch-failed", str(state["Error"])
-        ended = WorkerExit(launch_id=handle.launch_id, exit_code=code, cause=cause,  # type: ignore[arg-type]
+        ended = WorkerExit(launch_id=handle.launch_id, exit_code=code, cause=cause,
                            message=message, ended_at=datetime.now(UTC))
         self._ended[handle.launch_id] = ended
         if self._watches.pop(handle.launch_id, None) is not None:
@@ -349,12 +384,17 @@ class DockerBackend:
 
 
 def _env(spec: LaunchSpec) -> dict[str, str]:
-    """The container's environment: the study's, the secrets, then the contract (which wins)."""
+    """The container's environment: the study's, where the secrets are, then the contract
+    (which wins). Secret values are files (`/cairn/secrets`), never here."""
     env = {"PYTHONUNBUFFERED": "1"}
     env.update(spec.study_env)
-    env.update(spec.secret_env)
+    env.update(secret_file_env(spec, SECRETS))
     env.update(spec.env)
     env["CAIRN_WORKDIR"] = WORKDIR
     env["CAIRN_DATA"] = DATA
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
+    if spec.gpus:  # the runtime exposes only those, renumbered: host ids would not exist
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # empty, not unset: unset means every GPU to CUDA
     return env
+

@@ -4,6 +4,8 @@ CairnError
 ├── InvalidInput            a spec the backend cannot honour (bad entrypoint, CPUs not ours)
 ├── Conflict                the launch id's working directory already exists
 └── LaunchFailed            the worker could not be started (maps to cause `launch-failed`)
+    └── ImageNotApproved    the image is not what the site approved: its digest does not
+                            match the one pinned (maps to cause `image-not-approved`)
 """
 
 from __future__ import annotations
@@ -15,3 +17,10 @@ class LaunchFailed(CairnError):
     """The worker could not be started; the launcher reports it with cause `launch-failed`."""
 
     code = "launch-failed"
+
+
+class ImageNotApproved(LaunchFailed):
+    """The local image is not the one the reference pins (`@sha256:`): refused; the launcher
+    reports cause `image-not-approved`."""
+
+    code = "image-not-approved"

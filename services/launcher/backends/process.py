@@ -9,6 +9,10 @@ also looks every `poll_s`, which bounds how late a deadline is noticed.
 
 Timeouts count from `LaunchHandle.started_at` (wall clock), so a restarted launcher keeps
 enforcing them; a worker that overran while the launcher was down is stopped on reattach.
+
+Secrets: each `secret_env` value is a 0400 file in the worker's private (0700)
+`.cairn/secrets/`, named by `<NAME>_FILE` in its environment, and deleted when it ends. The
+worker proves its allocation (`CAIRN_ALLOCATION`) before its code runs.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+import msgspec
 
 from cairn.errors import InvalidInput
 from cairn.launcher.backends import _proc
@@ -50,12 +56,22 @@ from cairn.launcher.backends._workdir import (
     base_env,
     dir_name,
     prepare_workdir,
+    read_allocation_mismatch,
     read_chunk,
     read_outcome,
+    remove_secrets,
+    secrets_dir,
     worker_argv,
     worker_env,
 )
-from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, WorkerExit
+from cairn.launcher.backends.base import (
+    Capability,
+    LaunchHandle,
+    LaunchSpec,
+    WorkerExit,
+    allocation_env,
+)
+from cairn.worker.allocation import MISMATCH_EXIT
 
 __all__ = ["ProcessBackend", "memory_limit_mechanism"]
 
@@ -142,10 +158,11 @@ class ProcessBackend:
             LaunchFailed: missing code or dataset, program not found, spawn failed.
         """
         cpus = pick_cpus(spec, self._cpu_load)
-        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
+        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root, secrets=True)
         limit = MemoryLimit(mechanism="none")
         try:
-            env = worker_env(spec, workdir, self.python)
+            env = worker_env(spec, workdir, self.python, secret_files=True)
+            env.update(allocation_env(spec, cpus))
             argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
             limit = await asyncio.to_thread(
                 apply_memory_limit,
@@ -319,6 +336,10 @@ class ProcessBackend:
             memory_limit=handle.memory_limit,
         )
         await asyncio.to_thread(remove_cgroup, handle.cgroup)
+        await asyncio.to_thread(remove_secrets, secrets_dir(handle.workdir))
+        if observed.status_code == MISMATCH_EXIT or (record and record.code == MISMATCH_EXIT):
+            mismatch = await asyncio.to_thread(read_allocation_mismatch, handle.workdir)
+            observed = msgspec.structs.replace(observed, allocation_mismatch=mismatch)
         code, cause, message = classify(observed)
         if stuck:
             code, cause = None, "infrastructure"
