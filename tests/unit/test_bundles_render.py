@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,21 @@ def test_the_same_recipe_gives_byte_identical_bundles(
     second = tree(render(capsys, tmp_path / "two", INFERENCE, deployer))
     assert first == second
     assert "checksums.txt" in first and "README.md" in first
+
+
+def test_bundles_do_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None:
+    """Separate processes with different string hashing give the same bytes."""
+    trees = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"seed-{seed}"
+        done = subprocess.run(
+            [sys.executable, "-m", "cairn", "bundle", "--recipe", INFERENCE, "--deployer",
+             "argocd", "--repo-url", "https://git.example.com/x.git", "-o", str(out)],
+            env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
+            timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        trees.append(tree(out))
+    assert trees[0] == trees[1]
 
 
 def _order(root: Path) -> list[str]:
