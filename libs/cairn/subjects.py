@@ -171,6 +171,11 @@ def site_event(site: str, verb: str) -> str:
     return f"{ROOT}.site.{check_name(site, 'site')}.{_verb(verb)}"
 
 
+def site_event_any(verb: str) -> str:
+    """One kind of site fact (e.g. `snapshot`) of every site."""
+    return f"{ROOT}.site.*.{_verb(verb)}"
+
+
 def site_snapshot_request(site: str) -> str:
     """Request/reply: ask a site's snapshotter for a fresh snapshot (not stored)."""
     return f"{ROOT}.api.site.{check_name(site, 'site')}.snapshot"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypedDict
 
+from cairn.coordinator.eligibility import EvidenceView, gated, receipt, refusal, unreachable
 from cairn.events import (
     CancelCommand,
     DeployCommand,
@@ -50,6 +51,8 @@ class Context:
     hub: str
     sites: Mapping[str, SiteStatus]
     cancel_grace_s: float = 10.0
+    evidence: EvidenceView | None = None
+    """Evidence and snapshots, for jobs that require a recipe (see eligibility.py)."""
 
 
 class _Base(TypedDict):
@@ -97,6 +100,9 @@ def schedule(job: JobState, study: StudyState, ctx: Context
         need = role_need(role, candidates)
         placed = 0
         for site in candidates:
+            if gated(job, role) and (why := refusal(job, site, ctx.evidence, ctx.now)):
+                reasons[site] = f"{role.name}: {why}"
+                continue
             status = ctx.sites.get(site)
             avail = free.get(site, Resources.zero())
             if status is not None and status.online and role.resources.fits_in(avail):
@@ -124,7 +130,9 @@ def deploy_commands(job: JobState, deployments: list[Deployment], ctx: Context
                                  entrypoint=role.entrypoint, resources=role.resources,
                                  image=job.spec.image, code_digest=job.spec.code_digest,
                                  params=job.spec.params, timeout_s=job.spec.timeout_s,
-                                 peers=peers))
+                                 peers=peers,
+                                 receipt=receipt(job, d.site, ctx.evidence, ctx.now)
+                                 if gated(job, role) else None))
     return out
 
 
@@ -225,6 +233,11 @@ def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> li
     now = ctx.now
     if study is None:
         return [_end(job, ctx, "failed", "unschedulable", "the study does not exist")]
+    if job.spec.requires is not None:
+        candidates = {r.name: role_candidates(r, study, ctx.hub) for r in job.spec.roles}
+        needs = {r.name: role_need(r, candidates[r.name]) for r in job.spec.roles}
+        if (blocked := unreachable(job, candidates, needs, ctx.evidence, now)) is not None:
+            return [JobUnschedulable(**_base(job, "end", ctx), job=job.job, reasons=blocked)]
     deployments, reasons = schedule(job, study, ctx)
     if deployments is not None:
         dispatched = JobDispatched(**_base(job, "dispatched", ctx), job=job.job,

@@ -37,7 +37,8 @@ def request_of_spec(spec: JobSpec, code_digest: str | None) -> JobRequest:
     ]
     requires = None
     if spec.requires is not None:
-        requires = RecipeRequirement(recipe=spec.requires.recipe, max_age_s=spec.requires.max_age_s)
+        requires = RecipeRequirement(recipe=spec.requires.recipe, max_age_s=spec.requires.max_age_s,
+                                     signers=list(spec.requires.signers))
     return JobRequest(
         name=spec.name,
         roles=roles,

@@ -84,6 +84,9 @@ class RoleRequest(msgspec.Struct, frozen=True, kw_only=True):
 class RecipeRequirement(msgspec.Struct, frozen=True, kw_only=True):
     recipe: str
     max_age_s: int | None = None
+    signers: list[str] = []
+    """Signer names or roles of which one must have signed the evidence (empty: any
+    trusted signer)."""
 
 
 class JobSubmitted(Event, tag="job.submitted", frozen=True, kw_only=True):

@@ -27,6 +27,9 @@ class DeployCommand(Event, tag="cmd.deploy", frozen=True, kw_only=True):
     params: dict[str, Any] = {}
     timeout_s: float = 3600.0
     peers: int = 1
+    receipt: dict[str, Any] | None = None
+    """For a job that requires a recipe: the coordinator's signed receipt (a DSSE envelope
+    around a SLSA VSA v1 statement) naming the evidence that made this site eligible."""
 
 
 class CancelCommand(Event, tag="cmd.cancel", frozen=True, kw_only=True):

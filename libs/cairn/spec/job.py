@@ -58,6 +58,7 @@ class _RawRole(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class _RawRequires(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     recipe: str
     max_age: int | str | None = None
+    signers: list[str] = []
 
 
 class _RawJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -104,10 +105,13 @@ class Requirement(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         recipe: Recipe name (name rule; no version).
         max_age_s: Oldest acceptable evidence in seconds; None accepts any age.
+        signers: Signer names or roles (trust list) of which one must have signed; empty
+            accepts any trusted signer.
     """
 
     recipe: str
     max_age_s: int | None = None
+    signers: tuple[str, ...] = ()
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,6 +183,7 @@ def parse_job_spec(text: str, file: str, base_dir: str | Path) -> JobSpec:
             max_age_s=None
             if raw.requires.max_age is None
             else where.check(("requires", "max_age"), parse_duration, raw.requires.max_age),
+            signers=where.names(("requires", "signers"), raw.requires.signers, "signer"),
         )
     return JobSpec(
         name=where.name(("name",), raw.name, "job"),
