@@ -14,6 +14,7 @@ import click
 from cairn.errors import CairnError, NotFound
 from cairn.runtime import context
 from cairn.runtime.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
+from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
 
 
 @click.command(help="""Start an embedded federation: a private nats-server with JetStream, the
@@ -21,6 +22,8 @@ coordinator, and for a hub and two sites an agent and a launcher (one process pe
 
 Writes the context file (.cairn/context.yaml or $CAIRN_CONTEXT) that every other command
 reads, prints where everything runs, and stops it all on Ctrl-C or `cairn down`.
+A parent or the nats-server that dies is restarted, with backoff and a line saying so;
+an existing --dir keeps the NATS port it had (docs/operate-embedded.md).
 With --check it starts, waits until every service is healthy, prints how long that took,
 stops, and exits 0.""")
 @click.option("--dir", "dir_", type=click.Path(path_type=Path), default=Path(".cairn"),
@@ -28,7 +31,8 @@ stops, and exits 0.""")
 @click.option("--site", "sites", multiple=True, help="Site names; the first is the hub. "
               f"Default: {', '.join(DEFAULT_SITES)}.")
 @click.option("--study", default=DEFAULT_STUDY, show_default=True, help="The demo study.")
-@click.option("--port", type=int, default=0, help="NATS port (default: a free one).")
+@click.option("--port", type=int, default=0,
+              help="NATS port (default: the one this --dir used before, else a free one).")
 @click.option("--check", is_flag=True, help="Start, wait for health, report, stop.")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for every service to be healthy.")
@@ -39,7 +43,8 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
     for s in (*sites, study):
         check_name(s, "site" if s in sites else "study")
     t0 = time.monotonic()
-    fed = EmbeddedFederation(dir=dir_, sites=sites or DEFAULT_SITES, study=study, port=port)
+    fed = EmbeddedFederation(dir=dir_, sites=sites or DEFAULT_SITES, study=study,
+                             port=port or remembered_port(dir_))
     stopping = {"flag": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -51,6 +56,8 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
         # No event loop runs yet: the parents can be forked from this process, which
         # imports them once instead of once per parent.
         fed.start(fork=True)
+        assert fed.nats is not None
+        remember_port(dir_, fed.nats.port)
         took = asyncio.run(fed.wait_healthy(timeout))
         total = time.monotonic() - t0
         if check:
@@ -59,10 +66,9 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
             return
         path = fed.write_context()
         _print_where(fed, path, total)
+        supervisor = Supervisor(fed, say=lambda line: click.echo(line, err=True))
         while True:
-            for p in fed.processes:
-                if p.proc.poll() is not None:
-                    raise CairnError(f"{p.name} exited with {p.proc.returncode}; see {p.log}")
+            supervisor.check()
             time.sleep(0.5)
     except KeyboardInterrupt:
         click.echo("stopping...", err=True)

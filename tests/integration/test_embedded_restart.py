@@ -1,0 +1,222 @@
+"""`cairn up` looks after its federation: kill -9 of the coordinator, of a site parent and of
+the nats-server while a job runs; `cairn up` stays up, restarts each, the job completes once
+and nothing is launched twice. A second `cairn up` on the same --dir keeps the NATS port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cairn import events as ev
+from cairn import subjects
+from cairn.bus import Bus, replay
+from cairn.client import Client
+from cairn.errors import Timeout, Unavailable
+from cairn.runtime import context
+from cairn.runtime.natsserver import find_nats_server
+from cairn.state.job import JobState
+from tests.integration.cp_helpers import write_job
+
+SLEEPER = """\
+import os, pathlib, sys, time
+pathlib.Path(os.environ["CAIRN_WORKDIR"], "started").write_text(str(os.getpid()))
+time.sleep(float(sys.argv[1]))
+"""
+ROLES = """\
+    roles:
+      client:
+        entrypoint: python main.py 30
+        resources: {cpus: 1, memory: 256Mi}
+    """
+
+
+@dataclass
+class Up:
+    """A `cairn up` subprocess and what it printed."""
+
+    proc: subprocess.Popen[str]
+    dir: Path
+    ctx: Path
+    err_log: Path
+    out_log: Path
+
+    def out(self) -> str:
+        return self.out_log.read_text()
+
+    def err(self) -> str:
+        return self.err_log.read_text()
+
+    def pid_of(self, name: str) -> int:
+        found = re.search(rf"^  {re.escape(name)}\s+pid (\d+)", self.out(), re.M)
+        assert found, self.out()
+        return int(found.group(1))
+
+    async def wait_for(self, pattern: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.err(), re.M):
+            assert self.proc.poll() is None, f"cairn up exited: {self.err()}"
+            assert time.monotonic() < deadline, f"no {pattern!r} in: {self.err()}"
+            await asyncio.sleep(0.2)
+
+
+def start_up(dir_: Path, logs: Path) -> Up:
+    env = {**os.environ, "CAIRN_CONTEXT": str(logs / "context.yaml")}
+    env.pop("CAIRN_NATS_URL", None)
+    out, err = logs / "up.out", logs / "up.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "cairn", "up", "--dir", str(dir_),
+                                 "--timeout", "120"], stdout=o, stderr=e, text=True, env=env,
+                                start_new_session=True)
+    return Up(proc, dir_, logs / "context.yaml", err, out)
+
+
+async def wait_context(up: Up, timeout: float = 150) -> context.Context:
+    deadline = time.monotonic() + timeout
+    while True:
+        ctx = context.load(up.ctx, required=False) if up.ctx.exists() else None
+        if ctx is not None and "files" in up.out():
+            return ctx
+        assert up.proc.poll() is None, f"cairn up exited: {up.err()}"
+        assert time.monotonic() < deadline, "cairn up did not come up"
+        await asyncio.sleep(0.2)
+
+
+def stop_up(up: Up) -> None:
+    if up.proc.poll() is None:
+        up.proc.send_signal(signal.SIGTERM)
+        try:
+            up.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.proc.pid, signal.SIGKILL)
+            up.proc.wait(10)
+
+
+def nats_pid(store: Path) -> int:
+    """The nats-server serving `store` (ours: started by this test's `cairn up`)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"nats-server") and str(store).encode() in argv:
+            return int(entry.name)
+    raise AssertionError(f"no nats-server for {store}")
+
+
+@pytest.fixture
+async def up(tmp_path: Path) -> AsyncIterator[Up]:
+    try:
+        find_nats_server()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    running = start_up(tmp_path / "fed", tmp_path)
+    try:
+        yield running
+    finally:
+        stop_up(running)
+
+
+async def test_kill_9_of_each_piece_while_a_job_runs(up: Up, tmp_path: Path) -> None:
+    ctx = await wait_context(up)
+    client = await Client.connect(ctx)
+    try:
+        job_dir = tmp_path / "job"
+        job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=ROLES))
+        await _wait_workers_running(client, job_id)
+        pids = _worker_pids(up.dir, job_id)
+        assert len(pids) == 2
+
+        os.kill(up.pid_of("coordinator"), signal.SIGKILL)
+        await up.wait_for(r"^coordinator restarted \(pid \d+\)")
+        os.kill(up.pid_of("site-site-a"), signal.SIGKILL)
+        await up.wait_for(r"^site-site-a restarted \(pid \d+\)")
+        os.kill(nats_pid(up.dir / "nats"), signal.SIGKILL)
+        await up.wait_for(r"^nats-server restarted on " + re.escape(ctx.nats_url))
+
+        final = await _wait_ended(client, job_id)
+        assert final.state == "completed", (final.cause, final.message, final.workers)
+        events = await _study_events(ctx.nats_url, job_id)
+        launches = [e for e in events if isinstance(e, ev.WorkerLaunching)]
+        exits = [e for e in events if isinstance(e, ev.WorkerExited)]
+        assert len(launches) == 2, "nothing is launched twice"
+        assert sorted(e.site for e in exits) == ["site-a", "site-b"]
+        assert all(e.exit_code == 0 for e in exits)
+        assert sorted(_worker_pids(up.dir, job_id)) == sorted(pids), "the same two workers"
+        completed = [e for e in events if isinstance(e, ev.JobCompleted)]
+        assert len(completed) == 1, "the job completes once"
+    finally:
+        await client.close()
+    assert up.proc.poll() is None, "cairn up stays up"
+    assert up.ctx.exists(), "the context file stays while cairn up runs"
+    for line in ("coordinator (pid", "site-site-a (pid", "nats-server exited"):
+        assert line in up.err()
+
+
+async def test_cairn_up_again_on_the_same_dir_keeps_the_port(up: Up, tmp_path: Path) -> None:
+    first = await wait_context(up)
+    stop_up(up)
+    assert up.proc.returncode == 0, up.err()
+    (tmp_path / "again").mkdir()
+    again = start_up(up.dir, tmp_path / "again")
+    try:
+        second = await wait_context(again)
+        assert second.nats_url == first.nats_url
+    finally:
+        stop_up(again)
+
+
+async def _wait_workers_running(client: Client, job_id: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = await client.job(job_id)
+        if sum(w.state == "running" for w in job.workers.values()) >= 2:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"workers of {job_id} not running: {await client.job(job_id)}")
+
+
+async def _wait_ended(client: Client, job_id: str, timeout: float = 240) -> JobState:
+    """Poll the job until it ends; right after the bus restarts, services are still
+    reconnecting and nothing may answer for a moment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            job = await client.job(job_id)
+        except (Unavailable, Timeout):
+            job = None
+        if job is not None and job.terminal:
+            return job
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{job_id} did not end: {await client.job(job_id)}")
+
+
+def _worker_pids(dir_: Path, job_id: str) -> list[int]:
+    pids = []
+    for started in (dir_ / "sites").glob(f"*/work/workers/{job_id}*/started"):
+        text = started.read_text()
+        if text:
+            pids.append(int(text))
+    return pids
+
+
+async def _study_events(url: str, job_id: str) -> list[object]:
+    bus = await Bus.connect(url)
+    try:
+        return [r.event async for r in replay(bus, subjects.study_stream("demo").name,
+                                              ev.STUDY_DECODER,
+                                              filters=[subjects.job_all("demo", job_id)])
+                if r.event is not None]
+    finally:
+        await bus.close()

@@ -1,0 +1,81 @@
+"""The supervisor's restart policy: backoff grows while a process keeps dying, resets once it
+stayed up, and every death and restart is a line for the operator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
+
+
+class FakeProc:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+@dataclass
+class FakeProcess:
+    name: str
+    proc: FakeProc
+    log: Path = Path("parent.log")
+
+
+@dataclass
+class FakeFederation:
+    processes: list[FakeProcess] = field(default_factory=list)
+    nats: Any = None
+    next_pid: int = 100
+
+    def process(self, name: str) -> FakeProcess:
+        return next(p for p in self.processes if p.name == name)
+
+    def respawn(self, name: str) -> None:
+        self.next_pid += 1
+        self.process(name).proc = FakeProc(self.next_pid)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_backoff_grows_then_resets_after_a_steady_run() -> None:
+    fed = FakeFederation([FakeProcess("coordinator", FakeProc(1))])
+    clock, lines = Clock(), []
+    sup = Supervisor(fed, say=lines.append, backoff=(0.5, 1.0, 2.0), steady_s=60,  # type: ignore[arg-type]
+                     clock=clock)
+    sup.check()
+    waits = []
+    for _ in range(4):
+        fed.process("coordinator").proc.returncode = -9
+        sup.check()
+        waits.append(float(lines[-1].split(" in ")[1].split("s ")[0]))
+        clock.now += 0.1
+        sup.check()
+        assert "restarted" not in lines[-1], "not before its backoff is over"
+        clock.now += waits[-1]
+        sup.check()
+        assert lines[-1].startswith("coordinator restarted (pid ")
+    assert waits == [0.5, 1.0, 2.0, 2.0]
+    clock.now += 61
+    fed.process("coordinator").proc.returncode = 1
+    sup.check()
+    assert "exited with 1; restarting it in 0.5s" in lines[-1]
+    assert sup.restarts == {"coordinator": 4}
+
+
+def test_port_is_remembered_per_dir(tmp_path: Path) -> None:
+    assert remembered_port(tmp_path) == 0
+    remember_port(tmp_path, 45123)
+    assert remembered_port(tmp_path) == 45123
+    (tmp_path / "nats" / "port").write_text("not a port")
+    assert remembered_port(tmp_path) == 0
