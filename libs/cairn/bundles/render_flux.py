@@ -58,8 +58,11 @@ def helm_release(component: PlannedComponent, repo: Repository) -> dict[str, Any
         }}
     if component.dependencies:
         spec["dependsOn"] = [{"name": d, "namespace": NAMESPACE} for d in component.dependencies]
-    spec["install"] = {"createNamespace": True, "remediation": {"retries": 5}}
-    spec["upgrade"] = {"remediation": {"retries": 5, "remediateLastFailure": True}}
+    # Flux skips a chart's CRDs on upgrade by default; operators' CRDs must follow the chart.
+    spec["install"] = {"createNamespace": True, "crds": "CreateReplace",
+                       "remediation": {"retries": 5}}
+    spec["upgrade"] = {"crds": "CreateReplace",
+                       "remediation": {"retries": 5, "remediateLastFailure": True}}
     spec["timeout"] = "10m"
     spec["values"] = component.values
     return {
