@@ -34,7 +34,6 @@ from cairn.events import (
 )
 from cairn.names import is_name
 from cairn.runtime.service import Runtime
-from cairn.spec.resources import ResourceRequest
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import agent as agent_state
 from cairn.state.agent import AgentState
@@ -169,7 +168,7 @@ class AgentService:
                     self.state = agent_state.apply(self.state, event)
 
     def free(self) -> Resources:
-        return self.state.free(_resources(self.site_cfg.inventory))
+        return self.state.free(self.site_cfg.inventory)
 
     def _gpu_ids_all(self) -> list[str]:
         return list(self.site_cfg.gpu_ids) or [str(i)
@@ -181,7 +180,7 @@ class AgentService:
         runtime = self.runtime_file.current
         verdict = agent_state.decide(
             self.state, cmd, policy_file=self.site_cfg.runtime, runtime=runtime,
-            inventory=_resources(self.site_cfg.inventory), gpu_ids=self._gpu_ids_all(),
+            inventory=self.site_cfg.inventory, gpu_ids=self._gpu_ids_all(),
             backend=await self._capabilities())
         if verdict is None:
             return
@@ -236,7 +235,7 @@ class AgentService:
         runtime = self.runtime_file.current
         hb = Heartbeat(**stamp(), source=f"agent@{self.site}", site=self.site, seq=self.seq,
                        backend=self.site_cfg.backend,
-                       capacity=_resources(self.site_cfg.inventory), free=self.free(),
+                       capacity=self.site_cfg.inventory, free=self.free(),
                        running=len(self.state.allocations),
                        studies=sorted(runtime.studies) if runtime else [],
                        started_at=self.started_at)
@@ -289,8 +288,4 @@ class AgentService:
                 await self._scan_studies()
             except Exception as exc:
                 log.debug("watch failed: %s", exc)
-
-
-def _resources(r: ResourceRequest) -> Resources:
-    return Resources(gpus=r.gpus, millicpus=r.millicpus, memory_bytes=r.memory_bytes)
 

@@ -49,18 +49,10 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
 
     def used(self) -> Resources:
         """Everything the live allocations hold."""
-        total = Resources(gpus=0, millicpus=0, memory_bytes=0)
-        for a in self.allocations.values():
-            total = Resources(gpus=total.gpus + a.resources.gpus,
-                              millicpus=total.millicpus + a.resources.millicpus,
-                              memory_bytes=total.memory_bytes + a.resources.memory_bytes)
-        return total
+        return sum((a.resources for a in self.allocations.values()), Resources.zero())
 
     def free(self, inventory: Resources) -> Resources:
-        used = self.used()
-        return Resources(gpus=inventory.gpus - used.gpus,
-                         millicpus=inventory.millicpus - used.millicpus,
-                         memory_bytes=inventory.memory_bytes - used.memory_bytes)
+        return inventory - self.used()
 
     def of_study(self, study: str) -> list[Allocation]:
         return [a for _, a in sorted(self.allocations.items()) if a.study == study]
@@ -149,12 +141,9 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def study_usage(state: AgentState, study: str) -> StudyUsage:
-    total = Resources(gpus=0, millicpus=0, memory_bytes=0)
-    for a in state.of_study(study):
-        total = Resources(gpus=total.gpus + a.resources.gpus,
-                          millicpus=total.millicpus + a.resources.millicpus,
-                          memory_bytes=total.memory_bytes + a.resources.memory_bytes)
-    return StudyUsage(resources=total, jobs=frozenset(a.job for a in state.of_study(study)))
+    held = state.of_study(study)
+    return StudyUsage(resources=sum((a.resources for a in held), Resources.zero()),
+                      jobs=frozenset(a.job for a in held))
 
 
 def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
@@ -189,15 +178,10 @@ def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
                    gpus=tuple(state.free_gpus(gpu_ids)[:cmd.resources.gpus]))
 
 
-def describe(r: Resources) -> str:
-    return f"{r.gpus} gpus, {r.millicpus / 1000:g} cpus, {r.memory_bytes >> 20}Mi"
-
-
 def over_capacity(state: AgentState, want: Resources, inventory: Resources,
                   site: str) -> str | None:
     """Why `want` does not fit in what the site has free, or None when it fits."""
     free = state.free(inventory)
-    if (want.gpus > free.gpus or want.millicpus > free.millicpus
-            or want.memory_bytes > free.memory_bytes):
-        return f"site {site} is full: asked {describe(want)}, free {describe(free)}"
-    return None
+    if want.fits_in(free):
+        return None
+    return f"site {site} is full: asked {want.describe()}, free {free.describe()}"
