@@ -186,6 +186,15 @@ def site_logs(site: str) -> str:
     return f"{ROOT}.api.site.{check_name(site, 'site')}.logs"
 
 
+def site_studies(site: str) -> str:
+    """Request/reply: the studies a site belongs to, as the authority says (secure only)."""
+    return f"{ROOT}.api.site.{check_name(site, 'site')}.studies"
+
+
+def site_studies_all() -> str:
+    return f"{ROOT}.api.site.*.studies"
+
+
 def fed(verb: str) -> str:
     return f"{ROOT}.fed.{_verb(verb)}"
 

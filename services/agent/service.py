@@ -37,6 +37,7 @@ from cairn.runtime.service import Runtime
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import agent as agent_state
 from cairn.state.agent import AgentState
+from cairn.trust.connect import member_studies
 
 log = logging.getLogger("cairn.agent")
 
@@ -137,8 +138,13 @@ class AgentService:
         self._rescan.set()
 
     async def _scan_studies(self) -> None:
+        # In a secure federation the broker lets a site read only its own studies: ask the
+        # authority which, rather than wait on refusals.
+        member = await member_studies(self.bus, self.site)
         for stream in await self.bus.stream_names("STUDY_"):
             study = stream.removeprefix("STUDY_")
+            if member is not None and study not in member:
+                continue
             if study not in self.studies and is_name(study):
                 await self._open_study(study)
 

@@ -72,6 +72,7 @@ class FakeMsg:
 @dataclass
 class FakeReplayed:
     raw: bytes
+    seq: int = 0
 
 
 class FakeSub:
@@ -142,9 +143,9 @@ def bus(monkeypatch: pytest.MonkeyPatch) -> FakeBus:
     async def replay(bus: Any, stream: str, decoder: Any, *,
                      filters: list[str]) -> AsyncIterator[FakeReplayed]:
         assert stream == "DATA_demo"
-        for msg in list(fake.stream):
+        for seq, msg in enumerate(list(fake.stream), 1):
             if any(matches(f, msg.subject) for f in filters):
-                yield FakeReplayed(msg.data)
+                yield FakeReplayed(msg.data, seq)
 
     monkeypatch.setattr(dataplane, "objects", objects)
     monkeypatch.setattr(dataplane, "replay", replay)

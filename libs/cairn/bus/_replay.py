@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,7 +48,11 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
     else:
         policy = api.DeliverPolicy.ALL
     filters = list(filters)
+    # Named, so a single filter travels in the API subject
+    # ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>), where the broker's permissions can
+    # confine an identity (a worker) to its own subjects of a shared stream.
     config = api.ConsumerConfig(
+        name=f"replay-{os.urandom(8).hex()}",
         ack_policy=api.AckPolicy.NONE, deliver_policy=policy, inactive_threshold=30.0,
         filter_subject=filters[0] if len(filters) == 1 else None,
         filter_subjects=filters if len(filters) > 1 else None, mem_storage=True,

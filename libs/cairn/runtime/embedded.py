@@ -18,9 +18,10 @@ import yaml
 
 from cairn import subjects
 from cairn.errors import Timeout, Unavailable
-from cairn.runtime import context
+from cairn.runtime import context, secure
 from cairn.runtime.forked import ForkedProcess, fork_service, preload
 from cairn.runtime.natsserver import NatsServer
+from cairn.runtime.secure import Trust
 
 DEFAULT_SITES = ("hub", "site-a", "site-b")
 DEFAULT_STUDY = "demo"
@@ -53,6 +54,9 @@ class EmbeddedFederation:
     """Site -> launcher backend in its site.yaml; `process` for every site not named."""
     nats: NatsServer | None = None
     processes: list[Process] = field(default_factory=list)
+    secure: bool = False
+    """TLS, provisioned identities and the authority (see `cairn.runtime.secure`)."""
+    trust: Trust | None = None
     _fork: bool = field(default=False, repr=False)
 
     @property
@@ -143,11 +147,20 @@ class EmbeddedFederation:
         self._fork = fork
         if fork:
             preload(("coordinator", "validator", "signer", *SITE_SERVICES))
-        self.nats = NatsServer(self.dir / "nats", port=self.port).start()
+        self.nats = NatsServer(self.dir / "nats", port=self.port)
+        if self.secure:
+            self.write_files(f"tls://{self.nats.host}:{self.nats.port}")
+            self.trust = secure.prepare(self.nats, self.federation_file, self.dir / "trust")
+        self.nats.start()
         url = self.nats.url
         self.write_files(url)
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
+        if self.trust is not None:
+            log = logs / "authority.log"
+            proc = secure.start_authority(self.trust, url, self.federation_file, self._env(),
+                                          log)
+            self.processes.append(Process("authority", self.hub, (), proc, log))
         options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
         # The hub's own parent also runs the federation's coordinator, validator and signer
         # (each once per federation): on a small machine every interpreter started costs its
@@ -166,6 +179,8 @@ class EmbeddedFederation:
         assert self.nats is not None
         log = self.dir / "logs" / f"{name}.log"
         env = self._env()
+        if self.trust is not None:
+            args = [*args, *secure.service_args(self.trust, site)]
         cmd = [sys.executable, "-m", "cairn.runtime._serve", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
         if self._fork:
@@ -220,7 +235,10 @@ class EmbeddedFederation:
 
         assert self.nats is not None
         t0 = time.monotonic()
-        bus = await Bus.connect(self.nats.url, name="cairn-up", retry_for=timeout)
+        auth = self.client_options()
+        bus = await Bus.connect(self.nats.url, name="cairn-up", retry_for=timeout,
+                                creds=auth.get("creds"), tls=context.tls_context(
+                                    auth.get("tls_ca"), None, None))
         try:
             pending = set(self.expected())
             while pending:
@@ -244,10 +262,19 @@ class EmbeddedFederation:
             await bus.close()
         return time.monotonic() - t0
 
+    def client_options(self, actor: str = DEFAULT_ADMIN) -> dict[str, str]:
+        """`creds` and `tls_ca` of a context for `actor` (its own kit, else the project
+        admin's); empty for an insecure federation."""
+        if self.trust is None:
+            return {}
+        kit = actor if self.trust.kit(actor).exists() else DEFAULT_ADMIN
+        return {"creds": str(self.trust.creds(kit)), "tls_ca": str(self.trust.ca)}
+
     def write_context(self, path: Path | None = None) -> Path:
         assert self.nats is not None
         ctx = context.Context(nats_url=self.nats.url, federation="local", study=self.study,
-                              actor=DEFAULT_ADMIN, dir=str(self.dir.resolve()),
+                              actor=DEFAULT_ADMIN, **self.client_options(),
+                              dir=str(self.dir.resolve()),
                               up_pid=os.getpid(), hub=self.hub, sites=list(self.sites))
         return context.save(ctx, path)
 

@@ -41,17 +41,22 @@ class NatsServer:
     """One nats-server process with JetStream on loopback, on fixed ports once started."""
 
     def __init__(self, store_dir: str | Path, *, port: int = 0, monitor_port: int = 0,
-                 host: str = "127.0.0.1", log_file: str | Path | None = None) -> None:
+                 host: str = "127.0.0.1", log_file: str | Path | None = None,
+                 config_file: str | Path | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
         self.monitor_port = monitor_port or free_port(host)
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.config_file = Path(config_file) if config_file else None
+        """A config (`cairn.trust.natsconfig`: TLS, auth callout) that must name this
+        server's host, port and monitor port; set before `start`."""
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        scheme = "tls" if self.config_file is not None else "nats"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def monitor_url(self) -> str:
@@ -61,6 +66,8 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         cmd = [find_nats_server(), "-a", self.host, "-p", str(self.port), "-m",
                str(self.monitor_port), "-js", "-sd", str(self.store_dir)]
+        if self.config_file is not None:
+            cmd = [find_nats_server(), "-c", str(self.config_file)]
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
         try:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,

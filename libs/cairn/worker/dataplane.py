@@ -190,10 +190,18 @@ class DataPlane:
         stream = subjects.data_stream(self.study).name
 
         async def catch_up() -> None:
-            found: AsyncIterator[Replayed[None]] = replay(self.bus, stream, None,
-                                                          filters=mine)
-            async for r in found:
-                self._route(_decode_envelope(r.raw))
+            # One single-filter replay per address, merged in stream order: the broker lets a
+            # worker create consumers only with a filter inside its own job's subjects.
+            found: list[Replayed[None]] = []
+            for subject in mine:
+                replayed: AsyncIterator[Replayed[None]] = replay(self.bus, stream, None,
+                                                                 filters=[subject])
+                found += [r async for r in replayed]
+            seen: set[int] = set()
+            for r in sorted(found, key=lambda r: r.seq):
+                if r.seq not in seen:
+                    seen.add(r.seq)
+                    self._route(_decode_envelope(r.raw))
 
         await asyncio.wait_for(catch_up(), replay_timeout)
         held, self._held = self._held or [], None

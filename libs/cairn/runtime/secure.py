@@ -1,0 +1,88 @@
+"""A secure embedded federation: a throwaway PKI and identities under its state dir, the
+nats-server config that demands TLS and the authority's say, and the authority process.
+
+`cairn up` and the test suite run this way by default; `--insecure` skips it (and says so).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cairn.errors import Unavailable
+from cairn.runtime.natsserver import NatsServer
+from cairn.spec.federation import load_federation
+from cairn.trust.provision import provision, write_nats_config
+
+INSECURE_WARNING = ("WARNING: running INSECURE (--insecure): no TLS, no authentication, no "
+                    "authorization; anyone who reaches the NATS port can read and do anything. "
+                    "For development only.")
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Where an embedded federation's PKI and kits are."""
+
+    dir: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.dir / "ca" / "ca.pem"
+
+    @property
+    def authority(self) -> Path:
+        return self.dir / "authority"
+
+    def kit(self, name: str) -> Path:
+        return self.dir / "kits" / name
+
+    def creds(self, name: str) -> Path:
+        """The credentials file of a site or admin kit."""
+        kit = self.kit(name)
+        for kind in ("hub", "site", "admin"):
+            if (kit / f"{kind}.creds").exists():
+                return kit / f"{kind}.creds"
+        raise Unavailable(f"no kit for {name!r} under {self.dir / 'kits'}: is it in "
+                          "federation.yaml? (`cairn provision` makes one)")
+
+
+def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
+    """Provision what is missing and point `nats` at the secure config (before it starts)."""
+    fed = load_federation(federation_file)
+    url = f"tls://{nats.host}:{nats.port}"
+    provision(fed, trust_dir, url=url, hosts=["localhost", nats.host], port=nats.port,
+              monitor_port=nats.monitor_port)
+    nats.config_file = write_nats_config(trust_dir, host=nats.host, port=nats.port,
+                                         monitor_port=nats.monitor_port,
+                                         store_dir=nats.store_dir.resolve())
+    return Trust(trust_dir)
+
+
+def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str, str],
+                    log: Path, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+    """Start the authority and wait until it answers the server's auth requests."""
+    ready = trust.authority / "ready"
+    ready.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "cairn.authority", "--kit", str(trust.authority),
+           "--nats-url", url, "--federation", str(federation_file)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise Unavailable(f"the authority exited with {proc.returncode}; see {log}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise Unavailable(f"the authority was not ready after {timeout:g}s; see {log}")
+        time.sleep(0.01)
+    return proc
+
+
+def service_args(trust: Trust, name: str) -> list[str]:
+    """`cairn run` flags for a parent that connects as kit `name`."""
+    return ["--creds", str(trust.creds(name)), "--tls-ca", str(trust.ca)]
+

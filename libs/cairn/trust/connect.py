@@ -1,0 +1,82 @@
+"""How a Cairn credentials file becomes nats-py connect options."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn.errors import InvalidInput
+from cairn.trust.nkeyjwt import CredentialError, public_key, read_creds
+from cairn.trust.permissions import inbox_prefix
+
+if TYPE_CHECKING:
+    from cairn.bus import Bus
+
+
+def creds_options(path: str) -> dict[str, Any]:
+    """`user_credentials`, `token` and `inbox_prefix` for a `.creds` file.
+
+    nats-server forwards the CONNECT token (not the JWT) to an auth callout, so the JWT is
+    sent as the token too; the seed still signs the server's nonce, which proves possession.
+
+    Raises:
+        InvalidInput: the file is missing or is not a credentials file.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read credentials: {exc.strerror}", file=path) from None
+    try:
+        jwt, seed = read_creds(text)
+    except CredentialError as exc:
+        raise InvalidInput(str(exc), file=path) from None
+    return {"user_credentials": path, "token": jwt,
+            "inbox_prefix": inbox_prefix(public_key(seed))}
+
+
+def _file_of(env: Mapping[str, str], name: str) -> str | None:
+    """`NAME` (a path) or `NAME_FILE` (a secret file's path); content is written to a file.
+
+    A backend that can only pass secrets as values (not files) hands over the text itself.
+    """
+    value = env.get(name) or env.get(f"{name}_FILE")
+    if not value:
+        return None
+    if value.lstrip().startswith("-----BEGIN"):
+        import os
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="cairn-", suffix=f".{name.lower()}")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(value)
+        return path
+    return value
+
+
+def worker_credentials(env: Mapping[str, str]) -> tuple[str | None, ssl.SSLContext | None]:
+    """The credentials file and TLS context a worker connects with (None, None: insecure)."""
+    from cairn.runtime.context import tls_context
+
+    return _file_of(env, "CAIRN_CREDS"), tls_context(_file_of(env, "CAIRN_TLS_CA"), None, None)
+
+
+async def member_studies(bus: Bus, site: str) -> set[str] | None:
+    """The studies the authority says `site` is in; None when no authority answers (an
+    insecure federation, where every study may be read)."""
+    from cairn import subjects
+    from cairn.errors import Timeout, Unavailable
+
+    try:
+        reply = await bus.request(subjects.site_studies(site), b"", timeout=2.0)
+    except Unavailable:
+        return None
+    except Timeout:
+        return set()  # an authority that is slow to answer: try again on the next scan
+    try:
+        studies = json.loads(reply).get("studies", [])
+    except (ValueError, AttributeError):
+        return None
+    return {s for s in studies if isinstance(s, str)}

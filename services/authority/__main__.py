@@ -1,0 +1,48 @@
+"""`python -m cairn.authority --kit DIR --nats-url URL [--federation FILE]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cairn.errors import CairnError
+from cairn.runtime.logs import setup_logging
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cairn.authority",
+                                description="The federation's auth callout (runs on the hub).")
+    p.add_argument("--kit", required=True, help="the authority's folder from `cairn provision`")
+    p.add_argument("--nats-url", default=os.environ.get("CAIRN_NATS_URL"), required=False)
+    p.add_argument("--federation", help="federation.yaml: the studies to start from")
+    p.add_argument("--log-level", default=os.environ.get("CAIRN_LOG_LEVEL", "info"))
+    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    setup_logging(a.log_level, "text", "authority", "hub")
+    try:
+        from cairn.authority.service import AuthorityService
+        from cairn.spec.federation import load_federation
+
+        fed = load_federation(a.federation) if a.federation else None
+        service = AuthorityService(Path(a.kit), a.nats_url or "tls://127.0.0.1:4222", fed)
+
+        async def run() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await service.run(stop)
+
+        asyncio.run(run())
+    except CairnError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

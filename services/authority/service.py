@@ -1,0 +1,299 @@
+"""The authority: the federation's auth callout, on the hub, in its own process.
+
+It starts before every other Cairn process (they cannot connect without it) and reaches the
+server with three static nkey users named in nats.conf: `auth` answers
+`$SYS.REQ.USER.AUTH`, `sys` disconnects connections (`$SYS.REQ.SERVER.<id>.KICK`), and
+`reader` follows membership and job ends on the study streams. Whenever membership changes,
+a revocation is written or a job or worker ends, every admitted connection is checked again;
+one whose permissions changed is disconnected, reconnects and gets the new ones, and one that
+lost its standing is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cairn import subjects
+from cairn.bus import Bus, kv, objects, replay
+from cairn.events import (
+    STUDY_DECODER,
+    Heartbeat,
+    JobAborted,
+    JobCompleted,
+    JobFailed,
+    StudyAdminAdded,
+    StudyAdminRemoved,
+    StudyCreated,
+    StudySiteAdded,
+    StudySiteRemoved,
+    WorkerExited,
+)
+from cairn.runtime.context import tls_context
+from cairn.spec.federation import Federation
+from cairn.spec.runtime import VALIDATION_STUDY
+from cairn.state import study as study_state
+from cairn.trust.authority import Authorizer, Connection
+from cairn.trust.credentials import Kind
+from cairn.trust.permissions import Membership
+
+log = logging.getLogger("cairn.authority")
+
+AUTH_SUBJECT = "$SYS.REQ.USER.AUTH"
+DISCONNECT_EVENTS = "$SYS.ACCOUNT.APP.DISCONNECT"
+REVOCATION_POLL_S = 0.5
+END_VERBS = ("completed", "failed", "aborted")
+
+
+class AuthorityService:
+    """Answers auth callouts and keeps admitted connections within their rights."""
+
+    def __init__(self, kit: Path, nats_url: str, federation: Federation | None) -> None:
+        self.kit = kit
+        self.nats_url = nats_url
+        self.federation = federation
+        roots = frozenset((kit / "roots.txt").read_text().split())
+        self.authorizer = Authorizer(roots=roots,
+                                     issuer_seed=(kit / "account.nk").read_text().strip())
+        self.studies: dict[str, study_state.StudyState] = {}
+        self.connections: dict[tuple[str, int], Connection] = {}
+        self._ensured_sites: set[str] = set()
+        self._ensured_studies: set[str] = set()
+        self._revocations_mtime = 0.0
+        self._reader: Bus | None = None
+        self._sys: Bus | None = None
+        self._auth: Bus | None = None
+        self._sweep = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._reader = await self._connect("reader")
+        self._sys = await self._connect("sys")
+        self._load_revocations()
+        self._seed_membership()
+        await self._prepare_streams()
+        await self._follow()
+        await self._reader.subscribe_core(subjects.site_studies_all(), self._on_studies_request)
+        await self._sys.subscribe_core(DISCONNECT_EVENTS, self._on_disconnect)
+        self._auth = await self._connect("auth")
+        await self._auth.nc.subscribe(AUTH_SUBJECT, cb=self._on_auth_request)
+        await self._auth.nc.flush(timeout=5)
+        (self.kit / "ready").write_text(f"{time.time()}\n")
+        log.info("authority ready: %d studies, roots %s", len(self.studies),
+                 ", ".join(sorted(self.authorizer.roots)))
+        tasks = [asyncio.create_task(self._poll_revocations(stop)),
+                 asyncio.create_task(self._sweeper(stop))]
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            (self.kit / "ready").unlink(missing_ok=True)
+            for bus in (self._auth, self._sys, self._reader):
+                if bus is not None:
+                    await bus.close()
+
+    async def _connect(self, user: str) -> Bus:
+        return await Bus.connect(self.nats_url, name=f"cairn-authority-{user}",
+                                 tls=tls_context(str(self.kit / "ca.pem"), None, None),
+                                 nkey_seed=str(self.kit / f"{user}.nk"), retry_for=float("inf"))
+
+    # -- membership ---------------------------------------------------------------------
+
+    def _seed_membership(self) -> None:
+        if self.federation is None:
+            return
+        fed = self.federation
+        studies = {name: (list(m.sites), list(m.admins)) for name, m in fed.studies.items()}
+        # As the coordinator seeds it: the check-job study has every site, the project admins.
+        studies.setdefault(VALIDATION_STUDY, ([s.name for s in fed.sites],
+                                              [a.name for a in fed.admins
+                                               if a.role == "project_admin"]))
+        for name, (sites, names) in studies.items():
+            admins = [{"name": a, "org": (fed.admin(a) or _NoOrg).org} for a in names]
+            created = msgspec.convert({"type": "study.created", "id": f"seed-{name}",
+                                       "at": "1970-01-01T00:00:00Z", "study": name,
+                                       "source": "authority@hub", "name": name,
+                                       "sites": sites, "admins": admins},
+                                      StudyCreated)
+            self.studies[name] = study_state.apply(None, created)  # type: ignore[assignment]
+        self._publish_membership()
+
+    def _publish_membership(self) -> None:
+        self.authorizer.membership = {
+            name: Membership(sites=frozenset(s.sites), admins=frozenset(s.admins))
+            for name, s in self.studies.items()}
+
+    def _apply(self, event: object) -> bool:
+        """Fold one study event; True when it changed who may do what."""
+        match event:
+            case StudyCreated() | StudySiteAdded() | StudySiteRemoved() | StudyAdminAdded() | \
+                    StudyAdminRemoved() if event.study:
+                before = self.studies.get(event.study)
+                after = study_state.apply(before, event)
+                if after is None or after == before:
+                    return False
+                self.studies[event.study] = after
+                self._publish_membership()
+                return before is None or before.sites != after.sites or \
+                    set(before.admins) != set(after.admins)
+            case JobCompleted() | JobFailed() | JobAborted() if event.study:
+                self.authorizer.ended_jobs.add((event.study, event.job))
+                return True
+            case WorkerExited():
+                self.authorizer.revoked_names.add(event.launch_id)
+                return True
+        return False
+
+    async def _follow(self) -> None:
+        """Subscribe to membership changes and job ends, then catch up on what came before."""
+        assert self._reader is not None
+        live = [subjects.study_admin_all(), f"{subjects.ROOT}.study.*.job.*.site.*.exited",
+                *(f"{subjects.ROOT}.study.*.job.*.{verb}" for verb in END_VERBS)]
+        for subject in live:
+            await self._reader.subscribe_core(subject, self._on_study_event)
+        for stream in await self._reader.stream_names(subjects.STUDY_STREAM_PREFIX):
+            study = stream.removeprefix(subjects.STUDY_STREAM_PREFIX)
+            filters = [subjects.study_admin_all(study),
+                       *(f"{subjects.ROOT}.study.{study}.job.*.{verb}" for verb in END_VERBS),
+                       f"{subjects.ROOT}.study.{study}.job.*.site.*.exited"]
+            async for item in replay(self._reader, stream, STUDY_DECODER, filters=filters):
+                if item.event is not None:
+                    self._apply(item.event)
+
+    async def _on_study_event(self, msg: Any) -> None:
+        try:
+            event = STUDY_DECODER.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("ignoring an undecodable event on %s", msg.subject)
+            return
+        if self._apply(event):
+            if isinstance(event, StudyCreated) and event.study:
+                await self._ensure_study(event.study)
+            self._sweep.set()
+
+    async def _on_studies_request(self, msg: Any) -> None:
+        """A site asks which studies it is in: only a site may publish on its own subject,
+        so the subject's site token is the asker."""
+        site = str(msg.subject).split(".")[-2]
+        studies = sorted(name for name, s in self.studies.items() if site in s.sites)
+        if site in self.authorizer.revoked_names:
+            studies = []
+        if msg.reply:
+            await msg.respond(json.dumps({"ok": True, "studies": studies}).encode())
+
+    # -- streams made for others ----------------------------------------------------------
+
+    async def _prepare_streams(self) -> None:
+        """Make the streams and buckets no other identity may create (see permissions)."""
+        assert self._reader is not None
+        await self._reader.ensure_federation()
+        await kv(self._reader, subjects.KV_SITES, Heartbeat)
+        await objects(self._reader, subjects.OBJ_SNAPSHOTS)
+        await objects(self._reader, subjects.OBJ_EVIDENCE)
+        for study in self.studies:
+            await self._ensure_study(study)
+        for site in self.federation.sites if self.federation else ():
+            await self._ensure_site(site.name)
+
+    async def _ensure_study(self, study: str) -> None:
+        if study in self._ensured_studies or self._reader is None:
+            return
+        await self._reader.ensure_study(study)
+        await objects(self._reader, subjects.obj_artifacts(study))
+        self._ensured_studies.add(study)
+
+    async def _ensure_site(self, site: str) -> None:
+        if site in self._ensured_sites or self._reader is None:
+            return
+        await self._reader.ensure_site(site)
+        # Made here with the launcher's own bucket settings (the value type only decodes).
+        await kv(self._reader, subjects.kv_launches(site), dict)
+        self._ensured_sites.add(site)
+
+    # -- the callout ----------------------------------------------------------------------
+
+    async def _on_auth_request(self, msg: Any) -> None:
+        try:
+            decision = self.authorizer.decide(msg.data.decode(errors="replace"))
+        except Exception:  # a bug must refuse one connection, never stop the authority
+            log.exception("authorization request failed")
+            return
+        conn = decision.connection
+        if conn is None:
+            log.warning("refused a connection: %s", decision.reason)
+        else:
+            if conn.identity.kind in (Kind.SITE, Kind.HUB):
+                try:
+                    await self._ensure_site(conn.identity.site)
+                except Exception as exc:  # the site may still connect; its start will retry
+                    log.warning("could not prepare streams of %s: %s", conn.identity.site, exc)
+            self.connections[(conn.server_id, conn.client_id)] = conn
+            log.info("admitted %s %s (cid %d)", conn.identity.kind.value, conn.identity.name,
+                     conn.client_id)
+        if msg.reply and decision.response:
+            await msg.respond(decision.response.encode())
+
+    async def _on_disconnect(self, msg: Any) -> None:
+        try:
+            data = json.loads(msg.data)
+            key = (str(data["server"]["id"]), int(data["client"]["id"]))
+        except (ValueError, KeyError, TypeError):
+            return
+        self.connections.pop(key, None)
+
+    # -- keeping connections within their rights ----------------------------------------
+
+    async def _sweeper(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._sweep.wait()
+            self._sweep.clear()
+            for key, conn in list(self.connections.items()):
+                if not self.authorizer.still_allowed(conn):
+                    await self._kick(key, conn)
+
+    async def _kick(self, key: tuple[str, int], conn: Connection) -> None:
+        assert self._sys is not None
+        self.connections.pop(key, None)
+        subject = f"$SYS.REQ.SERVER.{conn.server_id}.KICK"
+        try:
+            await self._sys.request(subject, json.dumps({"cid": conn.client_id}).encode(),
+                                    timeout=2.0)
+            log.info("disconnected %s %s (cid %d): its rights changed",
+                     conn.identity.kind.value, conn.identity.name, conn.client_id)
+        except Exception as exc:
+            log.warning("could not disconnect cid %d: %s", conn.client_id, exc)
+
+    def _load_revocations(self) -> bool:
+        path = self.kit / "revoked.json"
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return False
+        if mtime == self._revocations_mtime:
+            return False
+        self._revocations_mtime = mtime
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            log.error("%s: cannot read revocations (%s); keeping the previous ones", path, exc)
+            return False
+        self.authorizer.revoked_names |= set(data.get("names", []))
+        self.authorizer.revoked_jtis |= set(data.get("jtis", []))
+        return True
+
+    async def _poll_revocations(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(REVOCATION_POLL_S)
+            if self._load_revocations():
+                self._sweep.set()
+
+
+class _NoOrg:
+    org = "unknown"
