@@ -92,6 +92,8 @@ class LauncherService:
             options["warm"] = True  # Python workers start from a warm interpreter
         if self.site_cfg.backend == "slurm":
             options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
+        if self.site_cfg.backend == "slurm":
+            options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
         if self.site_cfg.backend == "kubernetes":
             options["cluster"] = self.site_cfg.kubernetes  # site.yaml: how to reach the API
         self.backend = load_backend(self.site_cfg.backend, **options)

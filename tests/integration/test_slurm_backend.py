@@ -244,3 +244,20 @@ def _read(path: str) -> str:
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_a_one_minute_time_limit_ends_with_cause_timeout_on_both_drivers(
+        slurm_lab: SlurmLab, tmp_path: Path, code_dir: Path) -> None:
+    # Slurm's limits are whole minutes: both drivers' cases run at once, so this costs one.
+    backends = [make_backend(slurm_lab, tmp_path / d, d) for d in ("cli", "rest")]
+    try:
+        handles = [await b.launch(spec(code_dir, ["sleep", "600"], rank=i,
+                                       platform={"slurm": {"time": "0:01"}}))
+                   for i, b in enumerate(backends)]
+        ended = await asyncio.gather(*(asyncio.wait_for(b.wait(h), 240.0)
+                                       for b, h in zip(backends, handles, strict=True)))
+    finally:
+        for b in backends:
+            await b.close()
+    assert [e.cause for e in ended] == ["timeout", "timeout"], ended
+    assert all("time limit" in e.message for e in ended)

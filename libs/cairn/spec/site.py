@@ -34,6 +34,27 @@ class _RawInventory(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     memory: _Scalar | None = None
 
 
+class SlurmCluster(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a `backend: slurm` site's launcher reaches the cluster (docs/sites/slurm.md).
+
+    `driver: cli` runs sbatch/squeue/sacct/scancel on this host (a login node), with
+    `slurm_conf` as SLURM_CONF when given. `driver: rest` talks to slurmrestd at `url`
+    (`unix:/path` or `http(s)://host:port`) as `user`, with a JWT read from `token_file`
+    (re-read on every call) or minted from the cluster's `jwt_key`. Paths are resolved against
+    the site.yaml's folder. `timeout` bounds each call (seconds), `poll` is how often running
+    jobs are looked at.
+    """
+
+    driver: Literal["cli", "rest"] = "cli"
+    slurm_conf: str | None = None
+    url: str | None = None
+    user: str | None = None
+    token_file: str | None = None
+    jwt_key: str | None = None
+    timeout: float = 30.0
+    poll: float = 1.0
+
+
 class KubernetesCluster(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How a `backend: kubernetes` site's launcher and snapshotter reach the cluster's API.
 
@@ -65,6 +86,7 @@ class _RawSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     runtime: str = DEFAULT_RUNTIME
     gpu_ids: list[str | int] | None = None
     kubernetes: KubernetesCluster | None = None
+    slurm: SlurmCluster | None = None
 
 
 class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +103,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
             the site.yaml's folder).
         gpu_ids: GPU indexes or UUIDs the agent hands out (CUDA_VISIBLE_DEVICES), if given.
         kubernetes: The cluster's API, for `backend: kubernetes` (paths made absolute).
+        slurm: How to reach the cluster, for `backend: slurm` (paths made absolute).
     """
 
     site: str
@@ -92,6 +115,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
     runtime: str
     gpu_ids: tuple[str, ...] = ()
     kubernetes: KubernetesCluster | None = None
+    slurm: SlurmCluster | None = None
 
 
 def discover_inventory() -> ResourceRequest:
@@ -157,7 +181,35 @@ def parse_site_config(
         runtime=str((base / raw.runtime).resolve()),
         gpu_ids=gpu_ids,
         kubernetes=_kubernetes(where, raw.kubernetes, base),
+        slurm=_slurm(where, raw.slurm, base),
     )
+
+
+def _slurm(where: Located, raw: SlurmCluster | None, base: Path) -> SlurmCluster | None:
+    if raw is None:
+        return None
+    if raw.driver == "rest":
+        if raw.url is None:
+            raise where.error(("slurm", "driver"), "driver rest needs url (unix:/path or "
+                              "http://host:port of slurmrestd)")
+        parts = urlsplit(raw.url)
+        if parts.scheme not in ("unix", "http", "https") or not (parts.path or parts.hostname):
+            raise where.error(("slurm", "url"), f"{raw.url!r}: use unix:/path/to/socket or "
+                              "http(s)://host:port")
+        if (raw.token_file is None) == (raw.jwt_key is None):
+            raise where.error(("slurm", "driver"), "driver rest needs one of token_file or "
+                              "jwt_key")
+    else:
+        for name in ("url", "user", "token_file", "jwt_key"):
+            if getattr(raw, name) is not None:
+                raise where.error(("slurm", name), f"{name} belongs to driver rest")
+    for name in ("timeout", "poll"):
+        if getattr(raw, name) <= 0:
+            raise where.error(("slurm", name), "must be more than 0 seconds")
+    paths = {name: str((base / Path(value).expanduser()).resolve())
+             for name in ("slurm_conf", "token_file", "jwt_key")
+             if (value := getattr(raw, name)) is not None}
+    return msgspec.structs.replace(raw, **paths)
 
 
 def _kubernetes(where: Located, raw: KubernetesCluster | None, base: Path

@@ -53,6 +53,7 @@ from cairn.launcher.backends.slurm.driver import SlurmDriver, SlurmUnavailable
 from cairn.launcher.backends.slurm.rest import RestDriver
 from cairn.launcher.backends.slurm.script import TAG_PREFIX, build_request
 from cairn.launcher.backends.slurm.states import JobStatus, classify
+from cairn.spec.site import SlurmCluster
 
 __all__ = ["SlurmBackend"]
 
@@ -84,6 +85,7 @@ class SlurmBackend:
         timeout_s: Bound on each call to the cluster.
         poll_s: How often the watches look at the cluster.
         env: Environment of the Slurm commands (`SLURM_CONF`); default the launcher's.
+        cluster: site.yaml's `slurm:` section; when given, it sets all of the above.
     """
 
     name = "slurm"
@@ -92,7 +94,15 @@ class SlurmBackend:
                  url: str | None = None, user: str | None = None, token: str | None = None,
                  token_file: str | None = None, jwt_key: str | None = None,
                  timeout_s: float = 30.0, poll_s: float = 1.0,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 cluster: SlurmCluster | None = None) -> None:
+        if cluster is not None:
+            driver, url, user = cluster.driver, cluster.url, cluster.user
+            token_file, jwt_key = cluster.token_file, cluster.jwt_key
+            timeout_s, poll_s = cluster.timeout, cluster.poll
+            if cluster.slurm_conf:
+                env = {**(env if env is not None else os.environ),
+                       "SLURM_CONF": cluster.slurm_conf}
         self.root = Path(workdir)
         self.poll_s = poll_s
         self.driver = _make_driver(driver, url=url, user=user, token=token,

@@ -1,0 +1,60 @@
+"""FedAvg (examples/fedavg) with its client sites on Slurm: one through the CLI driver, one
+through slurmrestd; the hub's server runs as a process. The job must complete, and each client
+must have run as a Slurm batch job of the lab cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cairn import events as ev
+from tests.fixtures.federation import connect, make_federation
+from tests.fixtures.slurm_lab import SlurmLab
+from tests.integration.cp_helpers import study_events
+from tests.integration.test_fedavg import fedavg_job, server_result, setup_data
+
+pytestmark = pytest.mark.slow
+
+
+async def test_fedavg_runs_with_its_clients_on_slurm(slurm_lab: SlurmLab,
+                                                     tmp_path: Path) -> None:
+    fed = make_federation(tmp_path, ("hub", "site-a", "site-b"))
+    fed.backends.update({"site-a": "slurm", "site-b": "slurm"})
+    fed.site_settings.update({
+        "site-a": {"slurm": {"driver": "cli", "slurm_conf": str(slurm_lab.conf), "poll": 0.2}},
+        "site-b": {"slurm": {"driver": "rest", "url": f"unix:{slurm_lab.rest_socket}",
+                             "user": "root", "jwt_key": str(slurm_lab.jwt_key), "poll": 0.2}},
+    })
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        setup_data.write(fed.dir / "sites", hub=fed.hub)
+        client = await connect(fed)
+        try:
+            job_id = await client.submit(fedavg_job(tmp_path, rounds=2, min_sites=2))
+            final = await client.wait(job_id, timeout=180)
+            log = b"".join([c.data async for c in client.logs(job_id)]).decode()
+        finally:
+            await client.close()
+        events = await study_events(fed, job=job_id)
+    finally:
+        fed.stop()
+    assert final.state == "completed", (final, log)
+    result = server_result(final)
+    assert len(result["accuracy"]) == 2
+    assert all(r["sites"] == ["site-a", "site-b"] for r in result["rounds"])
+    launching = sorted((e.site, e.backend) for e in events if isinstance(e, ev.WorkerLaunching))
+    assert launching == [("hub", "process"), ("site-a", "slurm"), ("site-b", "slurm")]
+    # The clients' native ids are Slurm job ids whose comment is their launch id.
+    running = {e.site: e for e in events if isinstance(e, ev.WorkerRunning)}
+    for site in ("site-a", "site-b"):
+        shown = await asyncio.to_thread(
+            subprocess.run, ["scontrol", "show", "job", running[site].native_id],
+            env=slurm_lab.env, capture_output=True, text=True, timeout=30, check=True)
+        out = shown.stdout
+        assert f"cairn:{running[site].launch_id}" in out, out
+        assert f"JobName=cairn-{job_id}-client-{running[site].rank}" in out
+        assert "JobState=COMPLETED" in out
