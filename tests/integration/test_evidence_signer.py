@@ -89,6 +89,12 @@ async def test_a_validation_run_becomes_signed_verifiable_evidence(
     [row] = [r for r in json.loads(out) if r["site"] == "site-a"]
     assert row["eligible"] and row["reason"] == "eligible" and row["evidence"] == event.bundle
 
+    code, out, err = await cairn(fed, "recipe", "show", RECIPE, "--federation", "-o", "json")
+    assert code == 0, err
+    found = json.loads(out)["evidence"]
+    assert found["state"] == "SINGLE" and found["signers"] == ["federation"]
+    assert found["hardware"] and found["attestations"][0]["site"] == "site-a"
+
 
 async def test_the_evidence_stream_denies_delete_and_purge(fed: EmbeddedFederation) -> None:
     assert fed.nats is not None

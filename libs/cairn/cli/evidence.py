@@ -20,9 +20,10 @@ from cairn.cli.output import emit, output_option, print_table
 from cairn.cli.session import run
 from cairn.errors import CairnError, InvalidInput, NotFound, Unavailable, from_dict
 from cairn.evidence.bundle import BundleFiles, pack, read_bundle
+from cairn.evidence.dashboard import RecipeEvidence, catalog_bundles, recipe_evidence
 from cairn.evidence.eligibility import Eligibility
 from cairn.evidence.status import eligibility
-from cairn.evidence.store import fetch_bundle, latest
+from cairn.evidence.store import fetch_bundle, latest, recorded
 from cairn.evidence.trust import TrustList, load_trust
 from cairn.evidence.verify import Verification, verify_bundle
 from cairn.names import check_name
@@ -240,3 +241,33 @@ def submit(bundle: Path, output: str) -> None:
     emit(answer, output, lambda a: click.echo(
         f"stored {a['bundle']} ({a['site']} / {a['recipe']}: {a['result']}); "
         f"{'trusted' if a['trusted'] else 'not trusted here'}: {a['signature']}"))
+
+
+def recipe_evidence_for(recipe: str, resolved: dict[str, Any], catalog_root: Path | None,
+                        trust: Path | None, federation: bool) -> RecipeEvidence:
+    """`cairn recipe show`'s evidence section: bundles in the catalog's evidence folder, and
+    with `federation` those in the federation's `evidence` store."""
+    path = trust or default_trust_file()
+    trust_list = load_trust(path) if path.exists() else TrustList()
+    bundles = catalog_bundles(catalog_root, recipe)
+    if federation:
+        bundles += run(_federation_bundles(recipe))
+    return recipe_evidence(recipe, resolved, bundles, trust_list, now=datetime.now(UTC))
+
+
+async def _federation_bundles(recipe: str) -> list[tuple[str, BundleFiles]]:
+    async with connected() as bus:
+        return [(f"evidence/{e.bundle}", await fetch_bundle(bus, e.bundle))
+                for e in await recorded(bus, recipe=recipe)]
+
+
+def print_recipe_evidence(found: dict[str, Any]) -> None:
+    click.echo(f"evidence: {found['state']}"
+               + (f" (signers: {', '.join(found['signers'])})" if found["signers"] else ""))
+    if found["hardware"]:
+        click.echo("tested on: " + "; ".join(found["hardware"]))
+    rows = [(a["site"], ", ".join(a["signers"]) or "-", a["result"],
+             _short(a["validated_at"]), "yes" if a["counted"] else f"no: {a['why_not']}",
+             a["source"]) for a in found["attestations"]]
+    if rows:
+        print_table(None, ("site", "signers", "result", "validated", "counted", "source"), rows)

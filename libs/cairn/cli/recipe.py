@@ -142,18 +142,42 @@ def _resolve_target(catalog: Catalog, name: str | None, pairs: tuple[str, ...]) 
     return resolve(catalog, name if name is not None else parse_assignments(pairs))
 
 
-@recipe.command("show", help="Show a fully resolved recipe, by NAME or by --criteria.")
+_SHOW_HELP = """Show a fully resolved recipe, by NAME or by --criteria, with its evidence status:
+CONFIRMED (two or more independent trusted signers passed), SINGLE, CONTESTED
+(passes and failures), FAILING or UNTESTED, the hardware tested and the signers.
+Evidence comes from the catalog's evidence/<recipe>/ folder and, with
+--federation, the federation's `evidence` store; a bundle counts when it
+verifies, its signer is in --trust, and it attests the recipe as it resolves now.
+"""
+
+
+@recipe.command("show", help=_SHOW_HELP)
 @click.argument("name", required=False)
 @click.option("--criteria", "pairs", multiple=True, metavar="KEY=VALUE", help=_CRITERIA_HELP)
 @_catalog_option
+@click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Trust list for evidence (default as `cairn evidence verify`).")
+@click.option("--federation", is_flag=True, default=False,
+              help="Also count evidence from the federation's `evidence` store.")
 @output_option(default="yaml")
 def show_cmd(
-    name: str | None, pairs: tuple[str, ...], catalog_dir: str | None, output: str
+    name: str | None, pairs: tuple[str, ...], catalog_dir: str | None, trust: Path | None,
+    federation: bool, output: str
 ) -> None:
-    resolved = _resolve_target(_load(catalog_dir), name, pairs)
+    from cairn.cli.evidence import print_recipe_evidence, recipe_evidence_for
+
+    catalog = _load(catalog_dir)
+    resolved = _resolve_target(catalog, name, pairs)
     data = msgspec.to_builtins(resolved)
     data.pop("provenance", None)
-    emit(data, output, _show_table)
+    data["evidence"] = recipe_evidence_for(resolved.name, data, catalog.root, trust,
+                                           federation).to_dict()
+
+    def table(shown: dict[str, Any]) -> None:
+        _show_table(shown)
+        print_recipe_evidence(shown["evidence"])
+
+    emit(data, output, table)
 
 
 def _show_table(data: dict[str, Any]) -> None:
