@@ -1,0 +1,89 @@
+"""Nothing is launched twice. Each worker appends its pid to one shared file when it starts (a
+second start adds a line; nothing overwrites). A site parent killed with SIGKILL while its
+worker runs comes back and reattaches; then the site's deploy command and launch request are
+published again under FRESH message ids, as a replay an hour later would be (JetStream's
+duplicate window cannot drop them): the pids before and after are the same ones."""
+
+from __future__ import annotations
+
+import msgspec
+
+from cairn import events as ev
+from cairn import subjects
+from cairn.bus import Bus, replay
+from cairn.client import Client
+from cairn.runtime.embedded import EmbeddedFederation
+from tests.integration.cli_run import wait_for_lines
+from tests.integration.cp_helpers import write_job
+
+HELD = '''\
+import json, os, pathlib, time
+params = json.loads(os.environ["CAIRN_PARAMS"])
+with open(params["starts"], "a") as f:
+    f.write(f"{os.environ['CAIRN_JOB']} {os.environ['CAIRN_SITE']} {os.getpid()}\\n")
+release = pathlib.Path(params["release"])
+for _ in range(1200):  # held until the test releases it, 120 s at most
+    if release.exists():
+        break
+    time.sleep(0.1)
+'''
+ONLY_SITE_A = """\
+    roles:
+      client:
+        entrypoint: python main.py
+        resources: {cpus: 1, memory: 256Mi}
+        sites: [site-a]
+    """
+
+
+async def _republish_under_fresh_ids(fed: EmbeddedFederation, job_id: str) -> None:
+    assert fed.nats is not None
+    bus = await Bus.connect(fed.nats.url)
+    try:
+        deploys = [r.event async for r in replay(
+            bus, subjects.study_stream("demo").name, ev.STUDY_DECODER,
+            filters=[subjects.site_cmds("demo", "site-a")])
+            if isinstance(r.event, ev.DeployCommand) and r.event.job == job_id]
+        launches = [r.event async for r in replay(
+            bus, subjects.site_stream("site-a").name, ev.SITE_DECODER)
+            if isinstance(r.event, ev.LaunchRequested) and r.event.job == job_id]
+        assert len(deploys) == 1 and len(launches) == 1, (deploys, launches)
+        for event in (deploys[0], launches[0]):
+            await bus.publish(msgspec.structs.replace(event, id=f"{event.id}.an-hour-later"))
+    finally:
+        await bus.close()
+
+
+async def test_a_killed_site_and_replayed_commands_start_nothing_twice(
+        federation: EmbeddedFederation, client: Client, job_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    starts, release = tmp_path / "starts", tmp_path / "release"
+    params = f"params: {{starts: {starts}, release: {release}}}\n"
+    try:
+        job_id = await client.submit(write_job(job_dir / "held", name="held", script=HELD,
+                                               extra=params))
+        before = sorted(await wait_for_lines(starts, 2))  # site-a and site-b
+        assert {line.split()[1] for line in before} == {"site-a", "site-b"}
+
+        federation.kill("site-site-a")  # SIGKILL, as a crash: its worker lives on
+        federation.respawn("site-site-a")
+        await federation.wait_healthy(60)
+        await _republish_under_fresh_ids(federation, job_id)
+
+        # A later job at site-a starts only after site-a's agent and launcher handled what
+        # was published before it (each consumes its stream in order).
+        sentinel = await client.submit(write_job(job_dir / "sentinel", name="sentinel",
+                                                 script=HELD, extra=params,
+                                                 roles=ONLY_SITE_A))
+        lines = await wait_for_lines(starts, 3)
+        assert [line.split()[0] for line in lines].count(sentinel) == 1
+        assert sorted(line for line in lines if line.startswith(job_id)) == before
+
+        release.touch()
+        final = await client.wait(job_id, timeout=60)
+        assert final.state == "completed", final
+        assert all(w.exit_code == 0 for w in final.workers.values())
+        assert (await client.wait(sentinel, timeout=60)).state == "completed"
+        # Nothing started late, either.
+        assert sorted(starts.read_text().splitlines()) == sorted(lines)
+    finally:
+        release.touch()
