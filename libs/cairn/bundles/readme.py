@@ -21,6 +21,7 @@ _COMMON_TAIL = """
 
 ```sh
 cairn bundle verify .                   # every file matches checksums.txt, nothing added
+cairn bundle verify . --key SIGNER.pub  # and attestation.dsse.json is that key's signature
 cairn bundle explain .                  # which layer set each value
 cairn bundle diff OLD_BUNDLE .          # what an upgrade from OLD_BUNDLE changes
 ```
