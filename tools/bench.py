@@ -34,6 +34,7 @@ SECTIONS = {
     "recipes": "bench_recipes",
     "control": "bench_control",
     "fedavg": "bench_fedavg",
+    "evidence": "bench_evidence",
 }
 
 
