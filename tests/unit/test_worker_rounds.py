@@ -153,15 +153,16 @@ async def test_silent_client_below_min_sites_fails_the_round(bus: FakeBus) -> No
 
 async def test_exited_client_is_not_waited_for(bus: FakeBus) -> None:  # noqa: F811
     deployed = deployments(3)
+    # A round timeout far past the bound below: the round ends in time only because the
+    # exited client is not waited for.
     server = MemoryWorker(bus, "server", 0, "hub", deployed, rounds=1, min_sites=2,
-                          round_timeout=30)
+                          round_timeout=3600)
     clients = [MemoryWorker(bus, "client", i, f"site-{i}", deployed) for i in range(3)]
     for w in (server, *clients):
         await w.connect()
     runs = [asyncio.create_task(run_client(c, train_towards(1.0, 10))) for c in clients[:2]]
     await clients[2].send("server", 0, "ready", {"site": "site-2"})
     server.exited[("client", 2)] = None  # type: ignore[assignment] - as watch_job records it
-    result = await asyncio.wait_for(run_server(server, initial={"w": np.zeros(1)}), 5)
+    result = await asyncio.wait_for(run_server(server, initial={"w": np.zeros(1)}), 60)
     assert result.rounds[0].sites == ["site-0", "site-1"]
-    assert result.rounds[0].wall_s < 5
     await asyncio.gather(*runs)
