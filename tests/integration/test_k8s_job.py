@@ -1,0 +1,162 @@
+"""End to end on a Kubernetes site: coordinator, agent and the real launcher service (its
+own process) against kmock. The test plays the kubelet: the pod phases it sets drive the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("kubernetes", reason="pip install -e '.[kubernetes]' (the official client)")
+kmock = pytest.importorskip("kmock", reason="pip install -e '.[dev]' (kmock: the test API)")
+
+from kubernetes import client as k8s  # noqa: E402
+
+from cairn import events as ev  # noqa: E402
+from cairn.api import JobRequest  # noqa: E402
+from cairn.client import Client  # noqa: E402
+from cairn.events import Resources, RoleRequest  # noqa: E402
+from cairn.runtime.context import Context  # noqa: E402
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation  # noqa: E402
+from tests.fixtures.federation import make_federation  # noqa: E402
+from tests.integration.cp_helpers import study_events  # noqa: E402
+
+NS = "lung"
+IMAGE = "registry.site-k/cairn-worker:1.0"
+WAIT_S = 60.0
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": url}}],
+        "users": [{"name": "cairn", "user": {}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "cairn"}}]}))
+    return path
+
+
+def federation(tmp_path: Path, url: str) -> EmbeddedFederation:
+    make_federation(tmp_path)  # skips where there is no nats-server
+    fed = EmbeddedFederation(
+        dir=tmp_path / "fed", sites=("hub", "site-k"), heartbeat_s=0.2,
+        backends={"site-k": "kubernetes"},
+        # No kubernetes: section in site.yaml: the launcher finds the cluster as kubectl does.
+        extra_env={"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", url))},
+        site_options={"snapshot_initial_delay_s": "3600"})
+    runtime = fed.site_dir("site-k") / "local" / "study_runtime.yaml"
+    runtime.parent.mkdir(parents=True)
+    runtime.write_text(yaml.safe_dump({"format": 1, "studies": {"demo": {
+        "images": {"default": IMAGE}, "env": {"TZ": "UTC"},
+        "secret_env": {"DB_PASSWORD": {"source": "k8s:lung-db/password"}},
+        "limits": {"cpus": 2, "memory": "1Gi", "concurrent_jobs": 2},
+        "kubernetes": {"namespace": NS, "service_account": "cairn-worker",
+                       "pending_timeout": "10m"}}}}))
+    return fed
+
+
+class Kubelet:
+    def __init__(self, url: str) -> None:
+        configuration = k8s.Configuration()
+        configuration.host = url
+        self.core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+    async def pod(self) -> dict[str, Any]:
+        for _ in range(int(WAIT_S / 0.1)):
+            found = await asyncio.to_thread(self.core.list_namespaced_pod, NS,
+                                            _preload_content=False, _request_timeout=10)
+            items = json.loads(found.data)["items"]
+            if items:
+                return dict(items[0])
+            await asyncio.sleep(0.1)
+        raise AssertionError("the launcher created no pod")
+
+    async def set_status(self, name: str, status: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.core.patch_namespaced_pod_status, name, NS,
+                                {"status": status}, _preload_content=False, _request_timeout=10)
+
+    async def gone(self, name: str) -> bool:
+        for _ in range(int(WAIT_S / 0.1)):
+            found = await asyncio.to_thread(self.core.list_namespaced_pod, NS,
+                                            _preload_content=False, _request_timeout=10)
+            if name not in [p["metadata"]["name"] for p in json.loads(found.data)["items"]]:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+
+def request() -> JobRequest:
+    return JobRequest(name="on-k8s", timeout_s=600, roles=[RoleRequest(
+        name="client", entrypoint="python -m fedavg.client", sites=["site-k"], min_sites=1,
+        resources=Resources(gpus=0, millicpus=1000, memory_bytes=256 * 2**20))])
+
+
+async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) -> None:
+    kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b"round 1 ok\n"
+    url = str(kmock.url).rstrip("/")
+    fed, kubelet = federation(tmp_path, url), Kubelet(url)
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        assert fed.nats is not None
+        client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
+                                              actor=DEFAULT_ADMIN))
+        try:
+            job = await client.submit_request(request())
+            pod = await kubelet.pod()
+            name = pod["metadata"]["name"]
+            assert (await client.job(job)).state != "completed"
+            await kubelet.set_status(name, {"phase": "Running"})
+            await kubelet.set_status(name, {"phase": "Succeeded", "containerStatuses": [
+                {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]})
+            final = await client.wait(job, timeout=WAIT_S)
+            log = b"".join([c.data async for c in client.logs(job)]).decode()
+            assert await kubelet.gone(name)
+        finally:
+            await client.close()
+        events = await study_events(fed, job=job)
+    finally:
+        fed.stop()
+    assert final.state == "completed", final
+    assert "round 1 ok" in log
+    worker = pod["spec"]["containers"][0]
+    assert worker["image"] == IMAGE and pod["spec"]["serviceAccountName"] == "cairn-worker"
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["CAIRN_SITE"] == "site-k" and env["CAIRN_JOB"] == job and env["TZ"] == "UTC"
+    assert "DB_PASSWORD" not in env  # a secret is a mounted file, never an env value
+    assert [s["secret"]["name"] for v in pod["spec"]["volumes"] if v["name"] == "cairn-secrets"
+            for s in v["projected"]["sources"]] == ["lung-db"]
+    launching = [e for e in events if isinstance(e, ev.WorkerLaunching)]
+    exited = [e for e in events if isinstance(e, ev.WorkerExited)]
+    assert [(e.site, e.backend) for e in launching] == [("site-k", "kubernetes")]
+    assert [(e.exit_code, e.reason) for e in exited] == [(0, None)]
+
+
+async def test_a_cancelled_job_deletes_its_pod(kmock: Any, tmp_path: Path) -> None:
+    kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b"stopping\n"
+    url = str(kmock.url).rstrip("/")
+    fed, kubelet = federation(tmp_path, url), Kubelet(url)
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        assert fed.nats is not None
+        client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
+                                              actor=DEFAULT_ADMIN))
+        try:
+            job = await client.submit_request(request())
+            name = (await kubelet.pod())["metadata"]["name"]
+            await kubelet.set_status(name, {"phase": "Running"})
+            await client.cancel(job)
+            assert await kubelet.gone(name)
+            final = await client.wait(job, timeout=WAIT_S)
+        finally:
+            await client.close()
+        exited = [e for e in await study_events(fed, job=job) if isinstance(e, ev.WorkerExited)]
+    finally:
+        fed.stop()
+    assert final.state == "aborted", final
+    assert [e.reason for e in exited] == ["cancelled"]
