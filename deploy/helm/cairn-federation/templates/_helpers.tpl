@@ -1,0 +1,143 @@
+{{- define "cairn.fullname" -}}
+{{- printf "%s" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "cairn.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "cairn.natsUrl" -}}
+{{- if .Values.nats.deploy -}}
+{{- if .Values.nats.configSecret -}}
+tls://{{ include "cairn.fullname" . }}-nats:{{ .Values.nats.port }}
+{{- else -}}
+nats://{{ include "cairn.fullname" . }}-nats:{{ .Values.nats.port }}
+{{- end -}}
+{{- else -}}
+{{- required "nats.externalUrl is required when nats.deploy is false" .Values.nats.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* One hub service as a Deployment: `cairn run SERVICE` with the federation's files. */}}
+{{- define "cairn.hubService" -}}
+{{- $root := .root -}}
+{{- $name := .name -}}
+{{- $values := .values -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "cairn.fullname" $root }}-{{ $name }}
+  labels:
+    {{- include "cairn.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ $name }}
+spec:
+  replicas: 1
+  strategy:
+    type: Recreate  # one writer per fact: never two {{ $name }}s at once
+  selector:
+    matchLabels:
+      app.kubernetes.io/instance: {{ $root.Release.Name }}
+      app.kubernetes.io/component: {{ $name }}
+  template:
+    metadata:
+      labels:
+        {{- include "cairn.labels" $root | nindent 8 }}
+        app.kubernetes.io/component: {{ $name }}
+      annotations:
+        checksum/federation: {{ $root.Values.federation | sha256sum }}
+    spec:
+      serviceAccountName: {{ include "cairn.fullname" $root }}
+      automountServiceAccountToken: false
+      {{- with $root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
+      containers:
+        - name: {{ $name }}
+          image: "{{ $root.Values.image.repository }}:{{ $root.Values.image.tag }}"
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args:
+            - run
+            - {{ $name }}
+            {{- if and (eq $name "signer") $root.Values.signer.keySecret }}
+            - -O
+            - evidence_key=/etc/cairn/signer/signer.key
+            {{- end }}
+          env:
+            - {name: CAIRN_NATS_URL, value: {{ include "cairn.natsUrl" $root | quote }}}
+            - {name: CAIRN_SITE, value: {{ $root.Values.hubSite | quote }}}
+            - {name: CAIRN_FEDERATION, value: /etc/cairn/federation.yaml}
+            - {name: CAIRN_STATE_DIR, value: /var/lib/cairn}
+            - {name: CAIRN_LOG_FORMAT, value: {{ $root.Values.logFormat | quote }}}
+            {{- if $root.Values.credentialsSecret }}
+            - {name: CAIRN_TLS_CA, value: /etc/cairn/kit/ca.pem}
+            - {name: CAIRN_CREDS, value: "/etc/cairn/kit/{{ $name }}.creds"}
+            {{- end }}
+            {{- if $root.Values.tracing.otlpEndpoint }}
+            - {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ $root.Values.tracing.otlpEndpoint | quote }}}
+            - {name: OTEL_TRACES_SAMPLER, value: {{ $root.Values.tracing.sampler | quote }}}
+            - {name: OTEL_TRACES_SAMPLER_ARG, value: {{ $root.Values.tracing.samplerArg | quote }}}
+            {{- end }}
+          readinessProbe:
+            exec:
+              command: ["python", "-m", "cairn.runtime.health", {{ $name | quote }}]
+            periodSeconds: 10
+            timeoutSeconds: 8
+          livenessProbe:
+            exec:
+              command: ["python", "-m", "cairn.runtime.health", {{ $name | quote }}]
+            initialDelaySeconds: 30
+            periodSeconds: 30
+            timeoutSeconds: 8
+            failureThreshold: 4
+          resources:
+            {{- toYaml $values.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $root.Values.securityContext | nindent 12 }}
+          volumeMounts:
+            - {name: federation, mountPath: /etc/cairn/federation.yaml, subPath: federation.yaml, readOnly: true}
+            - {name: state, mountPath: /var/lib/cairn}
+            - {name: tmp, mountPath: /tmp}
+            {{- if $root.Values.credentialsSecret }}
+            - {name: kit, mountPath: /etc/cairn/kit, readOnly: true}
+            {{- end }}
+            {{- if and (eq $name "signer") $root.Values.signer.keySecret }}
+            - {name: signer-key, mountPath: /etc/cairn/signer, readOnly: true}
+            {{- end }}
+      volumes:
+        - name: federation
+          configMap:
+            name: {{ include "cairn.fullname" $root }}-federation
+        - {name: state, emptyDir: {}}
+        - {name: tmp, emptyDir: {}}
+        {{- if $root.Values.credentialsSecret }}
+        - name: kit
+          secret:
+            secretName: {{ $root.Values.credentialsSecret }}
+            defaultMode: 0400
+        {{- end }}
+        {{- if and (eq $name "signer") $root.Values.signer.keySecret }}
+        - name: signer-key
+          secret:
+            secretName: {{ $root.Values.signer.keySecret }}
+            defaultMode: 0400
+        {{- end }}
+      {{- with $root.Values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $root.Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $root.Values.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end -}}
