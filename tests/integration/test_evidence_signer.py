@@ -124,3 +124,19 @@ async def test_a_submitted_bundle_is_stored_but_counts_only_when_trusted(
     bundles.write_dir(broken, tmp_path / "broken")
     code, _, err = await cairn(fed, "evidence", "submit", str(tmp_path / "broken"))
     assert code == 3 and "unlisted-file" in err
+
+
+async def test_garbage_submissions_are_refused_and_the_signer_keeps_running(
+        fed: EmbeddedFederation) -> None:
+    assert fed.nats is not None
+    bus = await Bus.connect(fed.nats.url)
+    try:
+        for body in (b"", b"not a tarball", bundles.pack({"attestation.dsse.json": b"{"})):
+            reply = json.loads(await bus.request(
+                subjects.api_validation("evidence-submit"), body, timeout=30))
+            assert reply["ok"] is False and reply["error"]["code"] == "invalid", reply
+        health = json.loads(await bus.request(subjects.health("signer", fed.hub), b"",
+                                              timeout=5))
+        assert health["ready"]
+    finally:
+        await bus.close()
