@@ -260,5 +260,6 @@ def test_causes_are_the_closed_set() -> None:
         "site-lost",
         "too-few-sites",
         "unschedulable",
+        "allocation-mismatch",
         "infrastructure",
     }

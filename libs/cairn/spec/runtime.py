@@ -239,6 +239,8 @@ def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPo
                 (*at, "secret_env", key, "source"),
                 f"{ref.source!r}: use env:VAR, file:/path or k8s:secret/key",
             )
+    if raw.docker is not None:
+        _docker(where, (*at, "docker"), raw.docker)
     kube = _kubernetes(where, (*at, "kubernetes"), raw.kubernetes, base)
     if raw.slurm is not None and raw.slurm.time is not None:
         where.check((*at, "slurm", "time"), _slurm_time, raw.slurm.time)
@@ -252,6 +254,24 @@ def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPo
         kubernetes=kube,
         slurm=raw.slurm,
     )
+
+
+# `docker run` spellings: a size in bytes with an optional unit; a user as uid[:gid] or name.
+_DOCKER_VALUES = {
+    "network": (re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"),
+                "a network mode: none, host, bridge or a network name"),
+    "shm_size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as 64m or 1g"),
+    "user": (re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$"),
+             "uid[:gid] or a user name (numeric to give it secrets)"),
+    "runtime": (re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"), "a runtime name such as nvidia"),
+}
+
+
+def _docker(where: Located, at: PathKey, docker: DockerPolicy) -> None:
+    for key, (pattern, what) in _DOCKER_VALUES.items():
+        value = getattr(docker, key)
+        if value is not None and not pattern.fullmatch(value):
+            raise where.error((*at, key), f"{value!r} is not {what}")
 
 
 def _limits(where: Located, at: PathKey, raw: _RawLimits | None) -> StudyLimits:
