@@ -29,7 +29,7 @@ from cairn.launcher.backends import (  # noqa: E402
     WorkerExit,
     load_backend,
 )
-from cairn.launcher.backends.kubernetes import KubernetesBackend  # noqa: E402
+from cairn.launcher.backends.kubernetes import RBAC_RULES, KubernetesBackend  # noqa: E402
 from cairn.launcher.backends.kubernetes_pod import launch_label  # noqa: E402
 from cairn.spec.runtime import KubernetesSettings, Toleration  # noqa: E402
 from cairn.spec.site import KubernetesCluster  # noqa: E402
@@ -39,6 +39,7 @@ EVENTS = kmock.resource("", "v1", "events")
 NS = "lung"
 SCHEMA_VERSION = "1.37.0"
 WAIT_S = 30.0
+KUBELET = "kubelet-played-by-the-test"
 
 
 class Cluster:
@@ -49,6 +50,7 @@ class Cluster:
         configuration = k8s.Configuration()
         configuration.host = url
         self.api = k8s.ApiClient(configuration)
+        self.api.user_agent = KUBELET  # to tell its requests from the backend's
         self.core = k8s.CoreV1Api(self.api)
 
     async def pods(self) -> list[dict[str, Any]]:
@@ -409,3 +411,37 @@ async def test_started_reports_the_end_of_a_pod_that_never_ran(
         await backend.close()
     assert isinstance(result, WorkerExit) and result.cause == "unschedulable"
 
+
+
+async def test_rbac_rules_are_exactly_the_calls_the_backend_makes(
+        cluster: Cluster, tmp_path: Path) -> None:
+    backend = make_backend(cluster, tmp_path)
+    quick = {"kubernetes": msgspec.to_builtins(KubernetesSettings(namespace=NS,
+                                                                  pending_timeout=1))}
+    try:
+        stuck = await backend.launch(make_spec(tmp_path, platform=quick))
+        assert (await ended(backend, stuck)).cause == "unschedulable"
+        handle = await backend.launch(make_spec(tmp_path, launch_id="j-abc/site-k/client/1/0",
+                                                rank=1))
+        await cluster.set_status(handle.native_id.split("/")[1], {"phase": "Running"})
+        assert b"hello" in b"".join([chunk async for chunk in backend.logs(handle)])
+        await backend.close()
+        assert await backend.reattach(handle) == handle
+        await asyncio.wait_for(backend.cancel(handle, grace_s=1), WAIT_S)
+    finally:
+        await backend.close()
+    used: set[tuple[str, str]] = set()
+    for request in list(cluster.server):
+        if request.headers.get("User-Agent") == KUBELET or request.resource is None:
+            continue
+        resource = request.resource.plural + (f"/{request.subresource}"
+                                              if request.subresource else "")
+        verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
+            request.method.value.upper())
+        if verb is None:
+            verb = ("watch" if request.params.get("watch") == "true"
+                    else "get" if request.name else "list")
+        used.add((resource, verb))
+    granted = {(resource, verb) for rule in RBAC_RULES for resource in rule["resources"]
+               for verb in rule["verbs"]}
+    assert used == granted
