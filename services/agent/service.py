@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from cairn import subjects
 from cairn.agent.policy_file import RuntimeFile
-from cairn.bus import Delivery, kv, replay
+from cairn.bus import Bus, Delivery, kv, replay
 from cairn.errors import CairnError
 from cairn.events import (
     FEDERATION_DECODER,
@@ -32,8 +32,9 @@ from cairn.events import (
     now,
     stamp,
 )
+from cairn.events.decoding import decode_with
 from cairn.names import is_name
-from cairn.runtime.service import Runtime
+from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import agent as agent_state
 from cairn.state.agent import AgentState
@@ -49,7 +50,7 @@ BACKEND_WAIT_S = 10.0
 class AgentService:
     name: ClassVar[str] = "agent"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         if not config.site_config:
             raise CairnError("the agent needs --site-config (site.yaml)")
         self.config = config
@@ -68,7 +69,7 @@ class AgentService:
         self.rt: Runtime | None = None
 
     @property
-    def bus(self) -> Any:
+    def bus(self) -> Bus:
         assert self.rt is not None
         return self.rt.bus
 
@@ -109,7 +110,7 @@ class AgentService:
 
     async def _on_backend(self, msg: Any) -> None:
         try:
-            event = FEDERATION_DECODER.decode(msg.data)
+            event = decode_with(FEDERATION_DECODER, msg.data)
         except Exception as exc:  # garbage on a core subject: nothing to dead-letter
             log.warning("ignoring an undecodable backend declaration: %s", exc)
             return

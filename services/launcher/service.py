@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn import api, subjects, telemetry
-from cairn.bus import KV, Delivery, kv, objects, skipper
+from cairn.bus import KV, Bus, Delivery, kv, objects, skipper
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     SITE_DECODER,
@@ -42,7 +42,7 @@ from cairn.launcher.backends.base import (
 )
 from cairn.launcher.backends.errors import ImageNotApproved
 from cairn.launcher.records import LaunchRecord, kv_key
-from cairn.runtime.service import Runtime
+from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import launch as launch_state
 from cairn.state.launch import Launches, LaunchState
@@ -54,7 +54,7 @@ log = logging.getLogger("cairn.launcher")
 class LauncherService:
     name: ClassVar[str] = "launcher"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         if not config.site_config:
             raise CairnError("the launcher needs --site-config (site.yaml)")
         self.config = config
@@ -71,7 +71,7 @@ class LauncherService:
         self.rt: Runtime | None = None
 
     @property
-    def bus(self) -> Any:
+    def bus(self) -> Bus:
         assert self.rt is not None
         return self.rt.bus
 
@@ -90,8 +90,6 @@ class LauncherService:
         options: dict[str, Any] = {"workdir": self.workdir}
         if self.site_cfg.backend == "process":
             options["warm"] = True  # Python workers start from a warm interpreter
-        if self.site_cfg.backend == "slurm":
-            options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
         if self.site_cfg.backend == "slurm":
             options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
         if self.site_cfg.backend == "kubernetes":

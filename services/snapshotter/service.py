@@ -31,7 +31,7 @@ from cairn import api, subjects
 from cairn.bus import UndecodableRecord, report_skipped
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
-from cairn.runtime.service import Runtime
+from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
 from cairn.snapshot.collectors import ClusterCollected
 from cairn.snapshot.remote import INLINE_MAX_BYTES, latest_record, record, snapshot_of
@@ -48,7 +48,7 @@ VOLATILE = ("Memory.info.available-bytes",)
 class SnapshotterService:
     name: ClassVar[str] = "snapshotter"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.site: str = config.site
         from cairn.spec.site import load_site_config

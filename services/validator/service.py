@@ -30,7 +30,7 @@ from cairn.events import FEDERATION_DECODER, ValidationCompleted, ValidationStar
 from cairn.names import check_name, new_ulid
 from cairn.recipes import Catalog, load_catalog, resolve
 from cairn.runtime.seed import project_admin
-from cairn.runtime.service import Runtime
+from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.subjects import ApiAddress
 from cairn.validator.checkjobs import CheckJobs
@@ -43,7 +43,7 @@ ORPHAN_LOOKBACK = timedelta(days=1)
 class ValidatorService:
     name: ClassVar[str] = "validator"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         options: dict[str, str] = dict(config.options or {})
         self.actor: str | None = options.get("actor") or None

@@ -42,7 +42,8 @@ def with_client(study: str | None, actor: str | None, body: Callable[[Client], A
 
     With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the command is the root span of its trace (a
     `cairn job submit` begins the job's trace, which every service then continues)."""
-    ctx, words = click.get_current_context(silent=True), []
+    ctx = click.get_current_context(silent=True)
+    words: list[str] = []
     while ctx is not None and ctx.parent is not None:
         words.insert(0, ctx.info_name or "")
         ctx = ctx.parent

@@ -53,6 +53,7 @@ from cairn.events import (
     WorkerResult,
     stamp,
 )
+from cairn.events.decoding import decode_with
 from cairn.worker.allocation import prove_allocation
 from cairn.worker.dataplane import DataPlane, Handler, Message, RemoteError
 
@@ -259,7 +260,7 @@ class Worker:
 
         async def on_msg(msg: Any) -> None:
             try:
-                note(STUDY_DECODER.decode(msg.data))
+                note(decode_with(STUDY_DECODER, msg.data))
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return
 
@@ -307,10 +308,11 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
     traced = telemetry.setup("cairn-worker", site=worker.site)
 
     async def run() -> None:
+        attributes: dict[str, str | int] = {
+            "cairn.study": worker.study, "cairn.job": worker.job, "cairn.site": worker.site,
+            "cairn.role": worker.role, "cairn.rank": worker.rank}
         with telemetry.continued(telemetry.env_headers(), f"worker {worker.role}",
-                                 **{"cairn.study": worker.study, "cairn.job": worker.job,
-                                    "cairn.site": worker.site, "cairn.role": worker.role,
-                                    "cairn.rank": worker.rank}):
+                                 **attributes):
             async with worker:
                 await fn(worker)
 
