@@ -120,7 +120,9 @@ def test_every_event_has_one_subject_in_its_stream(event: ev.Event) -> None:
     subject = subjects.subject_of(event)
     tokens = subject.split(".")
     assert tokens[0] == subjects.ROOT and all(tokens) and not {"*", ">"} & set(tokens)
-    assert tokens[-1] in ev.tag_of(event) or isinstance(event, ev.Heartbeat | ev.DeadLettered)
+    # Evidence subjects end with the recipe (`cairn.evidence.<site>.<recipe>`), not a verb.
+    assert tokens[-1] in ev.tag_of(event) or isinstance(
+        event, ev.Heartbeat | ev.DeadLettered | ev.EvidenceRecorded)
     if isinstance(event, ev.Heartbeat):
         return  # not stored: the latest is kept in KV `sites`
     streams = [
@@ -177,6 +179,7 @@ def test_stream_decoders_partition_the_event_types() -> None:
         ev.FederationStreamEvent,
         ev.DeadLettered,
         ev.Heartbeat,
+        ev.EvidenceStreamEvent,
     ]
     members = [set(getattr(u, "__args__", (u,))) for u in streams]
     for cls in EVENT_TYPES:
