@@ -34,6 +34,7 @@ SECTIONS = {
     "recipes": "bench_recipes",
     "control": "bench_control",
     "fedavg": "bench_fedavg",
+    "slurm": "bench_slurm",
     "evidence": "bench_evidence",
 }
 
