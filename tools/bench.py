@@ -34,6 +34,7 @@ SECTIONS = {
     "recipes": "bench_recipes",
     "control": "bench_control",
     "fedavg": "bench_fedavg",
+    "stop": "bench_stop",
     "slurm": "bench_slurm",
     "evidence": "bench_evidence",
 }
