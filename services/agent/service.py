@@ -147,7 +147,11 @@ class AgentService:
             if member is not None and study not in member:
                 continue
             if study not in self.studies and is_name(study):
-                await self._open_study(study)
+                try:
+                    await self._open_study(study)
+                except Exception as exc:  # try again on the next scan
+                    self.studies.discard(study)
+                    log.warning("cannot open study %s yet: %s", study, exc)
 
     async def _open_study(self, study: str) -> None:
         assert self.rt is not None

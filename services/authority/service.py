@@ -49,6 +49,7 @@ AUTH_SUBJECT = "$SYS.REQ.USER.AUTH"
 DISCONNECT_EVENTS = "$SYS.ACCOUNT.APP.DISCONNECT"
 REVOCATION_POLL_S = 0.5
 END_VERBS = ("completed", "failed", "aborted")
+SWEEP_DELAY_S = 0.3
 
 
 class AuthorityService:
@@ -183,6 +184,11 @@ class AuthorityService:
         so the subject's site token is the asker."""
         site = str(msg.subject).split(".")[-2]
         studies = sorted(name for name, s in self.studies.items() if site in s.sites)
+        # Only those the site's connections may already read: a study it just joined is
+        # named once its connection has been renewed with the new permissions.
+        for conn in self.connections.values():
+            if conn.identity.kind in (Kind.SITE, Kind.HUB) and conn.identity.site == site:
+                studies = [s for s in studies if s in conn.studies]
         if site in self.authorizer.revoked_names:
             studies = []
         if msg.reply:
@@ -253,6 +259,9 @@ class AuthorityService:
     async def _sweeper(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self._sweep.wait()
+            # A moment first, so the answer to the request that caused the change (a study
+            # created, a site added) reaches its sender before the sender is disconnected.
+            await asyncio.sleep(SWEEP_DELAY_S)
             self._sweep.clear()
             for key, conn in list(self.connections.items()):
                 if not self.authorizer.still_allowed(conn):

@@ -32,6 +32,7 @@ from cairn.state import study as study_state
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
 from cairn.subjects import ApiAddress
+from cairn.trust.requests import RequestVerifier
 
 if TYPE_CHECKING:
     from cairn.coordinator.service import CoordinatorService
@@ -85,12 +86,24 @@ class Requests:
 
     async def handle(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
         """Answer one request (federation verbs, or study verbs of `address.study`)."""
+        envelope = self._verified(envelope, address)
         if address.scope == "study":
             assert address.study is not None
             return await self._study(address.study, envelope)
         if address.scope == "fed":
             return await self._fed(envelope)
         raise NotFound(f"the coordinator does not serve {address.scope} requests")
+
+    def _verified(self, envelope: api.Envelope, address: ApiAddress) -> api.Envelope:
+        """In a secure federation, the envelope as signed, its actor the verified signer
+        (`cairn.trust.requests`); otherwise the actor is taken on trust."""
+        creds = self.svc.config.creds
+        if not creds:
+            return envelope
+        verifier: RequestVerifier | None = getattr(self, "_verifier", None)
+        if verifier is None:
+            verifier = self._verifier = RequestVerifier.from_kit(creds)
+        return verifier.verify_envelope(envelope, study=address.study)
 
     async def _fed(self, envelope: api.Envelope) -> api.Result:
         svc = self.svc

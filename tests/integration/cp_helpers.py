@@ -11,7 +11,7 @@ import yaml
 
 from cairn import events as ev
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.runtime.embedded import EmbeddedFederation
 
 ENV_SCRIPT = """\
@@ -42,7 +42,7 @@ def write_job(job_dir: Path, *, name: str = "hello", script: str = ENV_SCRIPT,
 async def study_events(fed: EmbeddedFederation, study: str = "demo",
                        job: str | None = None) -> list[Any]:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         filters = [subjects.job_all(study, job)] if job else []
         return [r.event async for r in replay(bus, f"STUDY_{study}", ev.STUDY_DECODER,
@@ -54,7 +54,7 @@ async def study_events(fed: EmbeddedFederation, study: str = "demo",
 async def rewrite_runtime(fed: EmbeddedFederation, site: str, studies: dict[str, Any]) -> None:
     """Replace a site's study_runtime.yaml and wait until its agent reloaded it."""
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         subject = subjects.site_event(site, "config-loaded")
 

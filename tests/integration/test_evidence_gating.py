@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from cairn import events as ev
-from cairn.bus import Bus
 from cairn.evidence.keys import load_signing_key
 from cairn.evidence.store import recorded
 from cairn.evidence.vsa import verify_receipt
@@ -53,7 +52,7 @@ async def validate(fed: EmbeddedFederation, site: str) -> str:
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, (out + err).decode()
     run = json.loads(out)["run"]
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -118,7 +117,7 @@ async def test_gating_receipts_expiry_drift_and_restore(fed: EmbeddedFederation,
 
     # A drift that breaks the recipe's kernel constraint demotes site-a before the next job.
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         latest = await remote.latest(bus, "site-a")
         assert latest is not None

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from cairn import subjects
-from cairn.bus import Bus
 from cairn.events import EvidenceRecorded
 from cairn.evidence import bundle as bundles
 from cairn.evidence.keys import SigningKey
@@ -54,7 +53,7 @@ async def cairn(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:
 async def wait_evidence(fed: EmbeddedFederation, site: str, run: str,
                         timeout: float = 60.0) -> EvidenceRecorded:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -98,7 +97,7 @@ async def test_a_validation_run_becomes_signed_verifiable_evidence(
 
 async def test_the_evidence_stream_denies_delete_and_purge(fed: EmbeddedFederation) -> None:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         await bus.ensure(subjects.EVIDENCE_STREAM)
         info = await bus.js.stream_info(subjects.EVIDENCE_STREAM.name)
@@ -128,8 +127,7 @@ async def test_a_submitted_bundle_is_stored_but_counts_only_when_trusted(
 
 async def test_garbage_submissions_are_refused_and_the_signer_keeps_running(
         fed: EmbeddedFederation) -> None:
-    assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         for body in (b"", b"not a tarball", bundles.pack({"attestation.dsse.json": b"{"})):
             reply = json.loads(await bus.request(

@@ -84,7 +84,7 @@ async def kill_client(fed: EmbeddedFederation, job_id: str, site: str) -> None:
     """SIGKILL the client worker at `site` (its wrapper, found by WorkerRunning, stays to
     record the signal, so the launcher reports the worker crashed)."""
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         running = [r.event async for r in replay(
             bus, subjects.study_stream("demo").name, ev.STUDY_DECODER,
@@ -131,7 +131,7 @@ async def test_fedavg_two_sites_beats_each_site_alone_and_keeps_data_home(
         # The model came back as a file whose accuracy is the one reported.
         [model_file] = [f for r in final.results for f in r.files]
         assert fed.nats is not None
-        bus = await Bus.connect(fed.nats.url)
+        bus = await fed.bus()
         try:
             store = await objects(bus, subjects.obj_artifacts("demo"))
             path = tmp_path / "model.npz"

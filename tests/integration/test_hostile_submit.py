@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from cairn import subjects
-from cairn.bus import Bus
 from cairn.client import Client
 from cairn.errors import InvalidInput
 from cairn.runtime.embedded import EmbeddedFederation
@@ -25,7 +24,7 @@ def big_spec(job_dir: Path, mebibytes: int) -> Path:
 
 async def artifact_count(fed: EmbeddedFederation) -> int:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         try:
             info = await bus.js.stream_info(f"OBJ_{subjects.obj_artifacts('demo')}")

@@ -10,7 +10,7 @@ import msgspec
 
 from cairn import events as ev
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.integration.cli_run import wait_for_lines
@@ -38,7 +38,7 @@ ONLY_SITE_A = """\
 
 async def _republish_under_fresh_ids(fed: EmbeddedFederation, job_id: str) -> None:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         deploys = [r.event async for r in replay(
             bus, subjects.study_stream("demo").name, ev.STUDY_DECODER,

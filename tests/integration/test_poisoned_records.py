@@ -22,7 +22,7 @@ GARBAGE = b"\xff not an event {"
 
 async def _poison(fed: EmbeddedFederation) -> None:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         # Wait for site-a's first snapshot, so the garbage is the last record, not the only one.
         deadline = time.monotonic() + 60

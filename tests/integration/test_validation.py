@@ -20,7 +20,7 @@ import pytest
 
 from cairn import events as ev
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from tests.fixtures.federation import make_federation
 from tests.integration.cp_helpers import study_events
@@ -53,7 +53,7 @@ async def cairn(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:
 
 async def federation_events(fed: EmbeddedFederation, subject: str) -> list[Any]:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         return [r.event async for r in replay(bus, subjects.FEDERATION_STREAM.name,
                                               ev.FEDERATION_DECODER, filters=[subject])

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cairn import subjects
-from cairn.bus import Bus
 from cairn.client.validation import follow
 from cairn.events import ValidationStarted
 from cairn.runtime.embedded import DEFAULT_ADMIN
@@ -26,7 +25,7 @@ async def test_a_run_cut_off_by_a_validator_crash_ends_as_error(tmp_path: Path) 
     try:
         await fed.wait_healthy(60)
         assert fed.nats is not None
-        bus = await Bus.connect(fed.nats.url)
+        bus = await fed.bus()
         try:
             since = datetime.now(UTC)
             reply = json.loads(await bus.request(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from cairn import subjects
-from cairn.bus import Bus, objects, replay
+from cairn.bus import objects, replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.worker.dataplane import encode_payload
@@ -73,7 +73,7 @@ async def test_20mib_payload_request_reply_and_broadcast_between_workers(
                       "dtype": "int64", "done": ["site-a:42:hub", "site-b:44:hub"]}
 
     assert federation.nats is not None
-    bus = await Bus.connect(federation.nats.url)
+    bus = await federation.bus()
     try:
         sizes = [len(r.raw) async for r in replay(bus, subjects.data_stream("demo").name)]
         assert sizes and max(sizes) < 4096  # only references crossed the subjects

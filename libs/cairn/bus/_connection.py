@@ -40,6 +40,9 @@ class Bus:
         self.name = name
         self._ensured: set[str] = set()
         self._batch = telemetry.ProducerBatch()
+        self.creds: str | None = None
+        """The credentials file this connection authenticated with (requests are signed
+        with its key); None on an insecure federation."""
 
     # -- connecting ---------------------------------------------------------------------
 
@@ -100,7 +103,9 @@ class Bus:
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
                     pending_size=64 * 1024 * 1024,
                 ), timeout=connect_timeout + 3.0)
-                return cls(nc, name=name)
+                bus = cls(nc, name=name)
+                bus.creds = creds
+                return bus
             except (TimeoutError, NoServersError, OSError, NatsTimeout) as exc:
                 if time.monotonic() >= deadline:
                     raise Unavailable(f"cannot reach NATS at {', '.join(servers)}: {exc}") from None

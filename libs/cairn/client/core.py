@@ -42,6 +42,7 @@ from cairn.spec.job import load_job_spec
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView, fold
+from cairn.trust.requests import RequestSigner
 
 if TYPE_CHECKING:
     from cairn.client.validation import ValidationResult
@@ -67,6 +68,7 @@ class Client:
         self._study = study
         self.actor = actor
         self.timeout = request_timeout
+        self._signer: RequestSigner | None = None
 
     @classmethod
     async def connect(
@@ -145,8 +147,14 @@ class Client:
         return api.decode_reply(data, subject=subject)
 
     def _sign(self, envelope: api.Envelope) -> api.Envelope:
-        """The envelope as sent (request signing hooks in here)."""
-        return envelope
+        """The envelope as sent: signed with the connection's credential key, when it has
+        one (a secure federation; see `cairn.trust.requests`)."""
+        creds = getattr(self._bus, "creds", None)
+        if not creds:
+            return envelope
+        if self._signer is None:
+            self._signer = RequestSigner.from_creds(creds)
+        return self._signer.sign_envelope(envelope)
 
     async def call_fed(self, request: api.Request) -> api.Result:
         return await self.call(subjects.api_fed(api.verb_of(request)), request)

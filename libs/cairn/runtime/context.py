@@ -67,6 +67,10 @@ def load(path: Path | None = None, *, required: bool = True) -> Context | None:
         ctx = yamlfile.load(p, Context)
     if env_url:
         ctx = msgspec.structs.replace(ctx, nats_url=env_url) if ctx else Context(nats_url=env_url)
+    # A credential and CA given by the environment win too (a kit used without a file).
+    if ctx is not None and (os.environ.get("CAIRN_CREDS") or os.environ.get("CAIRN_TLS_CA")):
+        ctx = msgspec.structs.replace(ctx, creds=os.environ.get("CAIRN_CREDS") or ctx.creds,
+                                      tls_ca=os.environ.get("CAIRN_TLS_CA") or ctx.tls_ca)
     if ctx is None and required:
         raise Unavailable(f"no federation found: {p} does not exist and CAIRN_NATS_URL is not "
                           "set (start one with `cairn up`)")

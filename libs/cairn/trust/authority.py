@@ -27,7 +27,7 @@ from cairn.trust.nkeyjwt import (
     kind_of,
     verify,
 )
-from cairn.trust.permissions import Membership, Permissions, permissions
+from cairn.trust.permissions import Membership, Permissions, permissions, studies_of
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class Connection:
     jti: str
     site_jti: str
     permissions: Permissions
+    studies: tuple[str, ...] = ()
 
 
 @dataclass
@@ -100,7 +101,8 @@ class Authorizer:
                 "nats": {"jwt": user_jwt, "type": "authorization_response", "version": 2}}
         conn = Connection(server_id=server_id, client_id=int(client.get("id", 0)),
                           identity=verified.identity, user_key=verified.user_key,
-                          jti=verified.jti, site_jti=verified.site_jti, permissions=perms)
+                          jti=verified.jti, site_jti=verified.site_jti, permissions=perms,
+                          studies=tuple(studies_of(verified.identity, self.membership)))
         return Decision(response=encode_jwt(body, self.issuer_seed, now=t), connection=conn)
 
     def _verify(self, nats: Mapping[str, Any], now: float) -> Verified:

@@ -143,6 +143,8 @@ def _site(site: str, studies: list[str], membership: Mapping[str, Membership],
 
 def _admin(identity: Identity, studies: list[str], membership: Mapping[str, Membership],
            inbox: str) -> Permissions:
+    if identity.admin_role == "project_admin":
+        return _project_admin(inbox)
     pub: list[str] = [subjects.api_fed_all(), f"{subjects.ROOT}.health.>", f"{JS}.INFO"]
     for stream in (subjects.FEDERATION_STREAM.name, _kv(subjects.KV_SITES),
                    subjects.EVIDENCE_STREAM.name, _obj(subjects.OBJ_EVIDENCE),
@@ -159,10 +161,18 @@ def _admin(identity: Identity, studies: list[str], membership: Mapping[str, Memb
         sites |= membership[study].sites if study in membership else set()
     for site in sorted(sites):
         pub.append(subjects.site_logs(site))
-    if identity.admin_role == "project_admin":
-        pub += [_any_verb(subjects.api_validation("any")), f"{JS}.STREAM.NAMES",
-                f"{JS}.STREAM.MSG.DELETE.{subjects.DEADLETTER_STREAM.name}"]
-        pub += _read_stream(subjects.DEADLETTER_STREAM.name)
+    return Permissions(pub_allow=_unique(pub), sub_allow=(inbox,))
+
+
+def _project_admin(inbox: str) -> Permissions:
+    # Every study, present and future, by wildcard: a new study changes nothing here, so
+    # creating one does not disconnect the admin who created it.
+    pub = [subjects.api_fed_all(), subjects.api_study_all(), f"{subjects.ROOT}.health.>",
+           f"{subjects.ROOT}.api.site.*.logs", _any_verb(subjects.api_validation("any")),
+           f"{JS}.INFO", f"{JS}.STREAM.NAMES", "$O.*.>",
+           f"{JS}.STREAM.MSG.DELETE.{subjects.DEADLETTER_STREAM.name}"]
+    for stream in ("*", ):
+        pub += _read_stream(stream)
     return Permissions(pub_allow=_unique(pub), sub_allow=(inbox,))
 
 

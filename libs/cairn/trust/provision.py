@@ -122,6 +122,7 @@ def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,
     if signing_seed is not None:
         pki.write_private(kit / "signing.nk", signing_seed + "\n")
     (kit / "ca.pem").write_bytes((out / "ca" / "ca.pem").read_bytes())
+    (kit / "roots.txt").write_text((out / "root" / "root.pub").read_text())
     meta = {"federation": federation, "kind": identity.kind.value, "name": identity.name,
             "nats_url": url}
     (kit / "kit.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
