@@ -144,9 +144,13 @@ class KubernetesBackend:
                                "the study in study_runtime.yaml, or image in the job spec",
                                field="image")
         if spec.secret_env:
-            raise InvalidInput("on Kubernetes a secret is a Kubernetes Secret, mounted as a "
-                               f"file: give {', '.join(sorted(spec.secret_env))} a source "
-                               "k8s:<secret>/<key> in study_runtime.yaml", field="secret_env")
+            # Values, not references: a study's env:/file: sources, or a secure federation's
+            # worker credential. Copying them into the cluster would need rights on Secrets.
+            raise InvalidInput("on Kubernetes a secret reaches a pod only as a mounted "
+                               f"Kubernetes Secret, and {', '.join(sorted(spec.secret_env))} "
+                               "came as values, which this backend does not copy into the "
+                               "cluster: give study secrets a source k8s:<secret>/<key> in "
+                               "study_runtime.yaml", field="secret_env")
         argv = split_entrypoint(spec.entrypoint)
         settings = settings_of(spec.platform)
         await self._pods.connect()
