@@ -37,6 +37,7 @@ SECTIONS = {
     "stop": "bench_stop",
     "slurm": "bench_slurm",
     "evidence": "bench_evidence",
+    "launchers": "bench_launchers",
 }
 
 
