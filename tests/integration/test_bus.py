@@ -114,8 +114,9 @@ async def test_server_killed_and_restarted_mid_stream_loses_nothing(
             await asyncio.sleep(0.005)
 
     producer = asyncio.create_task(produce())
-    while len(got) < 20:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(60):  # bounded: the first 20 arrive long before
+        while len(got) < 20:
+            await asyncio.sleep(0.01)
     await asyncio.to_thread(nats_server.kill)
     await asyncio.sleep(0.3)
     await asyncio.to_thread(nats_server.start)

@@ -36,7 +36,8 @@ asyncio.run(main())
 """
 
 WAIT_FOR_GO = (
-    "import os, time\nwhile not os.path.exists('go'): time.sleep(0.05)\nraise SystemExit(7)"
+    "import os, time\nfor _ in range(2400):  # 120 s at most\n"
+    "    if os.path.exists('go'): break\n    time.sleep(0.05)\nraise SystemExit(7)"
 )
 
 
