@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import yaml
@@ -22,6 +23,9 @@ from cairn.runtime import context, secure
 from cairn.runtime.forked import ForkedProcess, fork_service, preload
 from cairn.runtime.natsserver import NatsServer
 from cairn.runtime.secure import Trust
+
+if TYPE_CHECKING:
+    from cairn.bus import Bus
 
 DEFAULT_SITES = ("hub", "site-a", "site-b")
 DEFAULT_STUDY = "demo"
@@ -269,6 +273,21 @@ class EmbeddedFederation:
             return {}
         kit = actor if self.trust.kit(actor).exists() else DEFAULT_ADMIN
         return {"creds": str(self.trust.creds(kit)), "tls_ca": str(self.trust.ca)}
+
+    def client_env(self, actor: str = DEFAULT_ADMIN) -> dict[str, str]:
+        """`CAIRN_CREDS` and `CAIRN_TLS_CA` for a `cairn` command run as `actor`."""
+        opts = self.client_options(actor)
+        return {"CAIRN_CREDS": opts["creds"], "CAIRN_TLS_CA": opts["tls_ca"]} if opts else {}
+
+    async def bus(self, name: str = "cairn-test") -> Bus:
+        """A connection as the hub (trusted with every subject): for tools and tests that
+        watch or publish on the federation's behalf."""
+        from cairn.bus import Bus
+
+        assert self.nats is not None
+        creds = str(self.trust.creds(self.hub)) if self.trust else None
+        tls = context.tls_context(str(self.trust.ca), None, None) if self.trust else None
+        return await Bus.connect(self.nats.url, name=name, creds=creds, tls=tls)
 
     def write_context(self, path: Path | None = None) -> Path:
         assert self.nats is not None
