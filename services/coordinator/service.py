@@ -34,6 +34,7 @@ from cairn.events import (
     now,
     tag_of,
 )
+from cairn.events.decoding import decode_with
 from cairn.names import is_name
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.runtime import VALIDATION_STUDY
@@ -198,7 +199,7 @@ class CoordinatorService:
 
     async def _on_heartbeat(self, msg: Any) -> None:
         try:
-            hb = HEARTBEAT_DECODER.decode(msg.data)
+            hb = decode_with(HEARTBEAT_DECODER, msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             log.warning("ignoring a malformed heartbeat on %s", msg.subject)
             return

@@ -17,6 +17,7 @@ import msgspec
 from cairn.api.replies import ErrorBody, Reply, Result
 from cairn.api.requests import Request, verb_of
 from cairn.errors import CairnError, InvalidInput
+from cairn.events.decoding import decode_with
 
 MAX_REQUEST_BYTES = 1024 * 1024
 """A request larger than this is refused before it is decoded."""
@@ -64,7 +65,7 @@ def decode_envelope(data: bytes, *, verb: str, study: str | None = None) -> Enve
         raise InvalidInput(f"request of {len(data)} bytes is over the {MAX_REQUEST_BYTES} "
                            f"byte limit")
     try:
-        envelope = _ENVELOPE.decode(data)
+        envelope = decode_with(_ENVELOPE, data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise InvalidInput(f"malformed request: {exc}") from None
     tag = verb_of(envelope.request)
@@ -92,7 +93,7 @@ def decode_reply(data: bytes, *, subject: str) -> Result:
             is not a reply.
     """
     try:
-        reply = _REPLY.decode(data)
+        reply = decode_with(_REPLY, data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise InvalidInput(f"the answer on {subject} is not a reply: {exc}") from None
     if not reply.ok or reply.result is None:

@@ -23,6 +23,7 @@ from nats.js.errors import NotFoundError
 from cairn import subjects, telemetry
 from cairn.bus._connection import MSG_ID, Bus
 from cairn.events import DeadLettered, stamp
+from cairn.events.decoding import decode_with
 
 log = logging.getLogger("cairn.bus")
 T = TypeVar("T")
@@ -181,7 +182,7 @@ class Subscription(Generic[T]):
                             stream_seq=int(meta.sequence.stream), deliveries=deliveries,
                             headers=headers)
         try:
-            event = self.decoder.decode(msg.data)
+            event = decode_with(self.decoder, msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self._dead_letter(msg, delivery, f"undecodable: {exc}")
             return

@@ -14,6 +14,7 @@ from nats.js.errors import NotFoundError
 
 from cairn.bus._connection import Bus
 from cairn.errors import NotFound
+from cairn.events.decoding import decode_with
 
 T = TypeVar("T")
 
@@ -78,7 +79,7 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
                 error: str | None = None
                 if decoder is not None:
                     try:
-                        event = decoder.decode(msg.data)
+                        event = decode_with(decoder, msg.data)
                     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                         error = str(exc)
                 yield Replayed(seq=int(meta.sequence.stream), subject=msg.subject,

@@ -19,6 +19,7 @@ from nats.js.errors import (
 from cairn.bus._connection import Bus
 from cairn.bus._poisoned import Skipper, UndecodableRecord
 from cairn.errors import InvalidInput, NotFound
+from cairn.events.decoding import decode_with
 
 T = TypeVar("T")
 log = logging.getLogger("cairn.bus")
@@ -51,7 +52,7 @@ class KV(Generic[T]):
         if entry.value is None:
             return None
         try:
-            return self._decoder.decode(entry.value)
+            return decode_with(self._decoder, entry.value)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             record = UndecodableRecord(f"KV {self._bucket} key {key}: {exc}",
                                        store=f"KV_{self._bucket}", key=key,

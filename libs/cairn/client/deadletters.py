@@ -15,6 +15,7 @@ from cairn import subjects
 from cairn.bus import MSG_ID, Bus, replay
 from cairn.errors import InvalidInput, NotFound
 from cairn.events import DEADLETTER_DECODER, DeadLettered
+from cairn.events.decoding import decode_with
 
 STREAM = subjects.DEADLETTER_STREAM.name
 
@@ -42,7 +43,7 @@ async def read(bus: Bus, seq: int) -> DeadLetter:
     """One dead letter by its DEADLETTER sequence (raises `NotFound`)."""
     _, _, data = await get_message(bus, STREAM, seq)
     try:
-        return DeadLetter(seq=seq, event=DEADLETTER_DECODER.decode(data))
+        return DeadLetter(seq=seq, event=decode_with(DEADLETTER_DECODER, data))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return DeadLetter(seq=seq, event=None, error=str(exc))
 
@@ -57,9 +58,14 @@ async def redrive(bus: Bus, seq: int, *, publish_timeout: float = 10.0) -> int:
     original = ev.headers.get(MSG_ID) or f"{ev.stream}-{ev.stream_seq}"
     # Nats-* headers are the server's (ids, expectations): the new message gets its own.
     headers = {k: v for k, v in ev.headers.items() if not k.lower().startswith("nats-")}
+    try:
+        payload = base64.b64decode(ev.payload_b64, validate=True)
+    except ValueError:
+        raise InvalidInput(f"dead letter {seq} holds no base64 payload",
+                           field="payload_b64") from None
     new_seq = await bus.publish_bytes(
         ev.subject,
-        base64.b64decode(ev.payload_b64),
+        payload,
         msg_id=f"{original}-redrive-{seq}",
         headers=headers or None,
         timeout=publish_timeout,

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
 import yaml
 
 from cairn import subjects
@@ -236,6 +235,7 @@ class EmbeddedFederation:
     async def wait_healthy(self, timeout: float = 30.0) -> float:
         """Ping every service's health subject until all say ready; returns seconds taken."""
         from cairn.bus import Bus
+        from cairn.runtime.health import is_ready
 
         assert self.nats is not None
         t0 = time.monotonic()
@@ -255,7 +255,7 @@ class EmbeddedFederation:
                         reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
                     except Exception:
                         continue
-                    if msgspec.json.decode(reply).get("ready"):
+                    if is_ready(reply):
                         pending.discard((svc, site))
                 if pending and time.monotonic() - t0 > timeout:
                     raise Timeout(f"not healthy after {timeout:g}s: "

@@ -18,9 +18,11 @@ import msgspec
 from cairn import subjects
 from cairn.bus import Bus
 from cairn.errors import CairnError
+from cairn.events.decoding import decode_with
 from cairn.runtime.service import ServiceConfig, parse_args
 
 TIMEOUT_S = 3.0
+_ANY_JSON = msgspec.json.Decoder()
 
 
 async def check(names: Sequence[str], config: ServiceConfig, timeout: float = TIMEOUT_S
@@ -44,7 +46,7 @@ def is_ready(reply: bytes) -> bool:
     """Whether a health reply says ready; anything that is not a JSON object saying so is
     not (a stray responder on a health subject must not crash whoever asks)."""
     try:
-        status = msgspec.json.decode(reply)
+        status = decode_with(_ANY_JSON, reply)
     except msgspec.DecodeError:
         return False
     return isinstance(status, dict) and status.get("ready") is True

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from cairn.errors import InvalidInput, NotFound
+from cairn.events.decoding import decode_with
 from cairn.names import check_name
 
 Reading = str | int | float | bool | list[str]
@@ -186,7 +187,7 @@ def decode(data: bytes | str, *, source: str = "<snapshot>", verify: bool = True
             (with `verify`) its digest does not match its content.
     """
     try:
-        snapshot = _DECODER.decode(data)
+        snapshot = decode_with(_DECODER, data)
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"not a snapshot: {exc}", file=source) from None
     if snapshot.format != FORMAT:

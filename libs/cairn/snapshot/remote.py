@@ -11,6 +11,7 @@ from cairn import api, subjects
 from cairn.bus import Bus, UndecodableRecord, last_stored, objects
 from cairn.errors import InvalidInput
 from cairn.events import FEDERATION_DECODER, SnapshotRecorded, stamp
+from cairn.events.decoding import decode_with
 from cairn.snapshot.model import Snapshot, decode, encode
 
 INLINE_MAX_BYTES = 256 * 1024
@@ -80,7 +81,7 @@ async def latest_record(bus: Bus, site: str) -> SnapshotRecorded | None:
     if found is None:
         return None
     try:
-        event = FEDERATION_DECODER.decode(found.data)
+        event = decode_with(FEDERATION_DECODER, found.data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise UndecodableRecord(f"the last snapshot record of {site} does not decode: {exc}",
                                 store=stream, key=found.subject, seq=found.seq,

@@ -39,6 +39,7 @@ import msgspec
 from cairn import subjects
 from cairn.bus import Bus, Objects, Replayed, objects, replay
 from cairn.errors import CairnError, InvalidInput, Timeout
+from cairn.events.decoding import decode_with
 from cairn.names import check_name, new_event_id
 
 log = logging.getLogger("cairn.worker.dataplane")
@@ -84,10 +85,14 @@ def _ext_hook(code: int, data: memoryview) -> Any:
         raise InvalidInput("a numpy array arrived but numpy is not installed")
     size = int.from_bytes(data[:4], "big")
     dtype, shape = msgspec.msgpack.decode(data[4:4 + size], type=tuple[str, list[int]])
-    if np.dtype(dtype).kind not in "biufcmMSU":
-        raise InvalidInput(f"refusing an array of dtype {dtype}")
-    # A copy: frombuffer over the message would be read-only and pin the whole buffer.
-    return np.frombuffer(data[4 + size:], dtype=dtype).reshape(shape).copy()
+    try:
+        if np.dtype(dtype).kind not in "biufcmMSU":
+            raise InvalidInput(f"refusing an array of dtype {dtype}")
+        # A copy: frombuffer over the message would be read-only and pin the whole buffer.
+        return np.frombuffer(data[4 + size:], dtype=dtype).reshape(shape).copy()
+    except (TypeError, ValueError) as exc:
+        # A dtype numpy does not know, a shape the bytes do not fill: garbage, not a crash.
+        raise InvalidInput(f"not an array: {exc}") from None
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
@@ -105,7 +110,7 @@ def decode_payload(codec: str, data: bytes) -> Any:
     if codec == "raw":
         return data
     if codec == "msgpack":
-        return _DECODER.decode(data)
+        return decode_with(_DECODER, data)
     raise InvalidInput(f"unknown payload codec {codec!r}")
 
 
@@ -371,7 +376,7 @@ class DataPlane:
 
 def _decode_envelope(data: bytes) -> Envelope | None:
     try:
-        return _ENV_DECODER.decode(data)
+        return decode_with(_ENV_DECODER, data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         log.warning("dropping a data-plane message that is not an envelope: %s", exc)
         return None
