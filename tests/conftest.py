@@ -40,7 +40,22 @@ def pytest_runtest_makereport(
     skip there hides a broken setup. An expected failure (xfail) stays what it is."""
     report = yield
     if _in_ci() and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"skipped under CI=true (nothing may skip in CI): {reason}"
+        _fail_the_skip(report)
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+        collector: pytest.Collector) -> Generator[None, pytest.CollectReport,
+                                                  pytest.CollectReport]:
+    """The same for a whole module that skips itself (`pytest.importorskip`)."""
+    report = yield
+    if _in_ci() and report.skipped:
+        _fail_the_skip(report)
+    return report
+
+
+def _fail_the_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+    report.outcome = "failed"
+    report.longrepr = f"skipped under CI=true (nothing may skip in CI): {reason}"
