@@ -23,6 +23,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate",
 
 from kubernetes import client as k8s  # noqa: E402
 
+from cairn.errors import Unavailable  # noqa: E402
 from cairn.launcher.backends import (  # noqa: E402
     DatasetMount,
     LaunchSpec,
@@ -37,7 +38,8 @@ from cairn.spec.site import KubernetesCluster  # noqa: E402
 PODS = kmock.resource("", "v1", "pods")
 EVENTS = kmock.resource("", "v1", "events")
 NS = "lung"
-SCHEMA_VERSION = "1.37.0"
+# The newest Kubernetes schema the installed kubernetes-validate carries.
+SCHEMA_VERSION = kubernetes_validate.utils.latest_version()
 WAIT_S = 30.0
 KUBELET = "kubelet-played-by-the-test"
 
@@ -445,3 +447,24 @@ async def test_rbac_rules_are_exactly_the_calls_the_backend_makes(
     granted = {(resource, verb) for rule in RBAC_RULES for resource in rule["resources"]
                for verb in rule["verbs"]}
     assert used == granted
+
+
+async def test_an_api_outage_is_not_taken_for_an_unschedulable_pod(
+        cluster: Cluster, tmp_path: Path) -> None:
+    backend = make_backend(cluster, tmp_path, api_lost_s=2.0)
+    quick = {"kubernetes": msgspec.to_builtins(KubernetesSettings(namespace=NS,
+                                                                  pending_timeout=1))}
+    handle = await backend.launch(make_spec(tmp_path, platform=quick))
+    name = handle.native_id.split("/")[1]
+
+    async def unreachable(namespace: str, name: str) -> dict[str, Any]:
+        raise Unavailable("the Kubernetes API cannot be reached: connection refused")
+
+    # The cluster's API goes away (the one seam replaced: every read of the pod fails).
+    backend._pods.read = unreachable  # type: ignore[method-assign]
+    try:
+        result = await ended(backend, handle)
+    finally:
+        await backend.close()
+    assert result.cause == "infrastructure" and "has not answered" in result.message
+    assert cluster.exists(name)  # nothing was decided, nor deleted, on what it could not see

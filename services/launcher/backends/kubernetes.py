@@ -55,6 +55,8 @@ from cairn.launcher.backends.kubernetes_pod import (
     MANAGED_BY,
     build_pod,
     launch_label,
+    owned_by,
+    pod_location,
 )
 from cairn.launcher.backends.kubernetes_status import (
     Pending,
@@ -85,19 +87,6 @@ class _Watch:
     task: asyncio.Task[WorkerExit] | None = None
 
 
-def _where(handle: LaunchHandle) -> tuple[str, str]:
-    namespace, _, name = handle.native_id.partition("/")
-    return namespace, name
-
-
-def _owned_by(pod: dict[str, Any], launch_id: str) -> bool:
-    # Checked here as well as in the label selector: a server or proxy that ignores the
-    # selector must not make this launcher adopt or delete a pod that is not this launch's.
-    meta = pod.get("metadata") or {}
-    return ((meta.get("labels") or {}).get(LABEL_LAUNCH) == launch_label(launch_id)
-            and (meta.get("annotations") or {}).get(ANNOTATION_LAUNCH) == launch_id)
-
-
 class KubernetesBackend:
     """Workers as pods.
 
@@ -109,19 +98,21 @@ class KubernetesBackend:
         poll_s: How often a pod's loop reads its pod even when the watch is quiet.
         request_timeout_s: The bound on every API call.
         watch_s: How long one watch request lasts before it is made again.
+        api_lost_s: How long the API may not answer before a worker is reported lost.
     """
 
     name = "kubernetes"
 
     def __init__(self, workdir: str | Path, *, cluster: KubernetesCluster | None = None,
                  grace_s: float = 10.0, poll_s: float = 2.0, request_timeout_s: float = 15.0,
-                 watch_s: float = 30.0) -> None:
+                 watch_s: float = 30.0, api_lost_s: float = 600.0) -> None:
         self.root = Path(workdir)
         self.cluster = cluster or KubernetesCluster()
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.request_timeout_s = request_timeout_s
         self.watch_s = watch_s
+        self.api_lost_s = api_lost_s
         self.capabilities = (Capability.CONTAINERS | Capability.GPU | Capability.CANCEL
                              | Capability.RECONCILE | Capability.MEMORY_LIMIT)
         self._pods = PodApi(self.cluster, timeout_s=request_timeout_s)
@@ -226,11 +217,11 @@ class KubernetesBackend:
             return ended
         if handle.launch_id in self._watches:
             return handle
-        namespace, _ = _where(handle)
+        namespace, _ = pod_location(handle)
         await self._pods.connect()
         found = await self._pods.find(namespace,
                                       f"{LABEL_LAUNCH}={launch_label(handle.launch_id)}")
-        pods = [p for p in found if _owned_by(p, handle.launch_id)]
+        pods = [p for p in found if owned_by(p, handle.launch_id)]
         if not pods:
             return await self._finish(self._new_watch(handle, 0.0), None)
         pod = pods[0]
@@ -264,7 +255,7 @@ class KubernetesBackend:
     # -- watching -------------------------------------------------------------------------
 
     def _new_watch(self, handle: LaunchHandle, pending_s: float) -> _Watch:
-        namespace, name = _where(handle)
+        namespace, name = pod_location(handle)
         return _Watch(handle=handle, namespace=namespace, name=name, pending_timeout_s=pending_s)
 
     def _start_watch(self, handle: LaunchHandle, pending_s: float,
@@ -284,15 +275,31 @@ class KubernetesBackend:
         launch_id = str(((pod.get("metadata") or {}).get("annotations") or {}).get(
             ANNOTATION_LAUNCH, ""))
         watch = self._watches.get(launch_id)
-        if watch is None or watch.namespace != namespace or not _owned_by(pod, launch_id):
+        if watch is None or watch.namespace != namespace or not owned_by(pod, launch_id):
             return
         watch.latest = None if deleted else pod
         watch.changed.set()
 
     async def _watch(self, watch: _Watch) -> WorkerExit:
         handle = watch.handle
+        loop = asyncio.get_running_loop()
+        unanswered_since: float | None = None
         while True:
-            pod = await self._read(watch)
+            try:
+                pod = await self._read(watch)
+            except CairnError as exc:
+                # No decision on what the API cannot tell: a pod that looks pending only
+                # because the API is down is not unschedulable. Bounded: long enough gone,
+                # the worker is lost (the kubelet's deadline still ends the pod).
+                unanswered_since = unanswered_since or loop.time()
+                if loop.time() - unanswered_since >= self.api_lost_s:
+                    return await self._record(watch, WorkerExit(
+                        launch_id=handle.launch_id, exit_code=None, cause="infrastructure",
+                        ended_at=datetime.now(UTC), message=f"the Kubernetes API has not "
+                        f"answered for {self.api_lost_s:g} s: {exc}"))
+                await asyncio.sleep(self.poll_s)
+                continue
+            unanswered_since = None
             watch.latest = pod
             if pod is None or has_ended(pod):
                 return await self._finish(watch, pod)
@@ -308,14 +315,16 @@ class KubernetesBackend:
                 await asyncio.wait_for(watch.changed.wait(), self.poll_s)
 
     async def _read(self, watch: _Watch) -> dict[str, Any] | None:
-        """The pod now; None once it is gone. A failing API is retried by the loop."""
+        """The pod now; None once it is gone (or replaced by one that is not this launch's).
+
+        Raises:
+            CairnError: the API did not answer (or refused).
+        """
         try:
             pod = await self._pods.read(watch.namespace, watch.name)
         except NotFound:
             return None
-        except CairnError:
-            return watch.latest or {}  # the API is unreachable: look again next poll
-        return pod if _owned_by(pod, watch.handle.launch_id) else None
+        return pod if owned_by(pod, watch.handle.launch_id) else None
 
     async def _unschedulable(self, watch: _Watch, pod: dict[str, Any], age: float
                              ) -> WorkerExit:
@@ -377,7 +386,7 @@ class KubernetesBackend:
                 stopped.stop()
 
     async def _pod_log(self, handle: LaunchHandle, offset: int) -> bytes:
-        data = await self._pods.log(*_where(handle))
+        data = await self._pods.log(*pod_location(handle))
         return data[offset:]
 
     async def _save_log(self, watch: _Watch) -> None:

@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from cairn.errors import InvalidInput
-from cairn.launcher.backends.base import LaunchSpec
+from cairn.launcher.backends.base import LaunchHandle, LaunchSpec
 from cairn.spec.runtime import KubernetesSettings
 from cairn.spec.site import KubernetesCluster
 
@@ -62,6 +62,24 @@ def pod_name(spec: LaunchSpec) -> str:
     if len(name) <= _NAME_MAX:
         return name
     return name[:_NAME_MAX - 9].rstrip("-") + "-" + launch_label(spec.launch_id)[:8]
+
+
+def pod_location(handle: LaunchHandle) -> tuple[str, str]:
+    """(namespace, name) of a handle's pod (its `native_id` is `<namespace>/<name>`)."""
+    namespace, _, name = handle.native_id.partition("/")
+    return namespace, name
+
+
+def owned_by(pod: dict[str, Any], launch_id: str) -> bool:
+    """The pod is this launch's: its label and its annotation both say so.
+
+    Checked on what the API returns as well as in the label selector sent: a server or proxy
+    that ignores the selector, or a pod that only carries a copied label, must not make a
+    launcher adopt or delete a pod that is not this launch's.
+    """
+    meta = pod.get("metadata") or {}
+    return ((meta.get("labels") or {}).get(LABEL_LAUNCH) == launch_label(launch_id)
+            and (meta.get("annotations") or {}).get(ANNOTATION_LAUNCH) == launch_id)
 
 
 def ownership_labels(spec: LaunchSpec) -> dict[str, str]:
