@@ -390,3 +390,23 @@ def index(places: list[Placement]) -> dict[str, Any]:
             for p in places
         },
     }
+
+
+DATA_ENVELOPE_DOC = (
+    "The envelope of every message on cairn.data.<study>.<job>.<...> (stream DATA_<study>), "
+    "encoded as MessagePack (Content-Type: application/msgpack), not JSON: a map with these "
+    "keys, where `body` is MessagePack bin (shown here as base64, JSON Schema's view of bytes). "
+    "`codec` says what `body` holds: `raw` (the bytes sent) or `msgpack` (a MessagePack value; "
+    "numpy arrays as extension type 1: a 4-byte big-endian header length, a MessagePack "
+    "[dtype, shape] header, the raw array bytes). With `ref` set instead of `body`, the payload "
+    "is the object of that sha256 in the object store artifacts_<study>, `size` bytes long."
+)
+
+
+def data_files() -> dict[str, dict[str, Any]]:
+    """`data/envelope.json`: the data-plane envelope, for subscribers outside Cairn."""
+    from cairn.worker.dataplane import Envelope
+
+    return {"data/envelope.json": {
+        "$schema": SCHEMA_DIALECT, "$comment": GENERATED_BY, "description": DATA_ENVELOPE_DOC,
+        "x-cairn-content-type": "application/msgpack", **msgspec.json.schema(Envelope)}}

@@ -61,7 +61,7 @@ def _events(files: dict[str, str]) -> dict[str, dict[str, Any]]:
     out.update({
         rel[: -len(".json")]: json.loads(text)
         for rel, text in files.items()
-        if rel.startswith("api/")
+        if rel.startswith(("api/", "data/"))
     })
     return out
 

@@ -18,7 +18,14 @@ import yaml  # noqa: E402
 
 from tools._api_schemas import api_files, api_index  # noqa: E402
 from tools._asyncapi import asyncapi  # noqa: E402
-from tools._schemas import GENERATED_BY, event_schema, index, placements, to_json  # noqa: E402
+from tools._schemas import (  # noqa: E402
+    GENERATED_BY,
+    data_files,
+    event_schema,
+    index,
+    placements,
+    to_json,
+)
 
 
 def generate() -> dict[str, str]:
@@ -26,6 +33,7 @@ def generate() -> dict[str, str]:
     places = placements()
     files = {f"events/{p.tag}.json": to_json(event_schema(p.cls)) for p in places}
     files.update({rel: to_json(doc) for rel, doc in api_files().items()})
+    files.update({rel: to_json(doc) for rel, doc in data_files().items()})
     files["index.json"] = to_json({**index(places), "api": api_index()})
     document = yaml.safe_dump(asyncapi(places), sort_keys=False, allow_unicode=True, width=100)
     files["asyncapi.yaml"] = f"# {GENERATED_BY}\n{document}"
@@ -35,7 +43,8 @@ def generate() -> dict[str, str]:
 def is_generated(path: str) -> bool:
     """Whether a path inside `schemas/` is one `generate` owns (others are left alone)."""
     return path in ("index.json", "asyncapi.yaml") or (
-        path.startswith(("events/", "api/")) and path.endswith(".json") and path.count("/") == 1
+        path.startswith(("events/", "api/", "data/")) and path.endswith(".json")
+        and path.count("/") == 1
     )
 
 

@@ -27,6 +27,11 @@ from cairn.subjects import StreamSpec
 log = logging.getLogger("cairn.bus")
 
 MSG_ID = "Nats-Msg-Id"
+CONTENT_TYPE = "Content-Type"
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+"""Every message Cairn sends says what its payload is (docs/events.md): JSON for events,
+requests and replies, MessagePack for data-plane envelopes."""
 _RETRYABLE = (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnavailableError,
               ConnectionClosedError, asyncio.TimeoutError, OSError)
 
@@ -187,9 +192,10 @@ class Bus:
     # -- publishing ---------------------------------------------------------------------
 
     def _headers(self, subject: str, msg_id: str, extra: dict[str, str] | None,
-                 event: Event | None = None) -> tuple[dict[str, str], Any]:
+                 event: Event | None = None, content_type: str = JSON
+                 ) -> tuple[dict[str, str], Any]:
         span, trace_headers = telemetry.start_producer(subject, msg_id, event)
-        headers = {MSG_ID: msg_id, **trace_headers}
+        headers = {MSG_ID: msg_id, CONTENT_TYPE: content_type, **trace_headers}
         if extra:
             headers.update(extra)
         return headers, span
@@ -207,8 +213,9 @@ class Bus:
 
     async def publish_bytes(self, subject: str, payload: bytes, *, msg_id: str,
                             headers: dict[str, str] | None = None,
-                            timeout: float = 30.0, event: Event | None = None) -> int:
-        hdrs, span = self._headers(subject, msg_id, headers, event)
+                            timeout: float = 30.0, event: Event | None = None,
+                            content_type: str = JSON) -> int:
+        hdrs, span = self._headers(subject, msg_id, headers, event, content_type)
         try:
             ack = await self._retry(
                 lambda: self.js.publish(subject, payload, timeout=2.0, headers=hdrs),
@@ -225,7 +232,7 @@ class Bus:
         Pipelined publishes share one PRODUCER span per batch (see `telemetry.ProducerBatch`).
         """
         subject = subject or subjects.subject_of(event)
-        headers = {MSG_ID: event.id, **self._batch.headers(subject)}
+        headers = {MSG_ID: event.id, CONTENT_TYPE: JSON, **self._batch.headers(subject)}
         future: asyncio.Future[Any] = await self.js.publish_async(subject, encode(event),
                                                                   headers=headers)
         return future
@@ -237,9 +244,11 @@ class Bus:
             self._batch.end()
 
     async def publish_core(self, subject: str, payload: bytes,
-                           headers: dict[str, str] | None = None) -> None:
+                           headers: dict[str, str] | None = None,
+                           content_type: str = JSON) -> None:
         """Publish without storage (heartbeats, data-plane fan-out)."""
-        await self.nc.publish(subject, payload, headers=headers)
+        await self.nc.publish(subject, payload,
+                              headers={CONTENT_TYPE: content_type, **(headers or {})})
 
     @property
     def max_payload(self) -> int:
@@ -250,9 +259,9 @@ class Bus:
 
     async def request(self, subject: str, payload: bytes, *, timeout: float = 5.0,
                       headers: dict[str, str] | None = None) -> bytes:
-        hdrs = {**telemetry.current_headers(), **(headers or {})}
+        hdrs = {CONTENT_TYPE: JSON, **telemetry.current_headers(), **(headers or {})}
         try:
-            msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs or None)
+            msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs)
         except NoRespondersError:
             raise Unavailable(f"nothing answers on {subject}: is the service running?") from None
         except (TimeoutError, NatsTimeout):
@@ -274,7 +283,7 @@ class Bus:
                 reply = api.encode_error(CairnError(f"internal error: {exc}"))
             if msg.reply:
                 try:
-                    await msg.respond(reply)
+                    await self.nc.publish(msg.reply, reply, headers={CONTENT_TYPE: JSON})
                 except Exception:
                     log.debug("could not answer on %s", subject)
 

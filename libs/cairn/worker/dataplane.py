@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from cairn import subjects
-from cairn.bus import Bus, Objects, Replayed, objects, replay
+from cairn.bus import MSGPACK, Bus, Objects, Replayed, objects, replay
 from cairn.errors import CairnError, InvalidInput, Timeout
 from cairn.events.decoding import decode_with
 from cairn.names import check_name, new_event_id
@@ -274,7 +274,8 @@ class DataPlane:
             env.ref = await (await self._objects()).put(body)
         else:
             env.body = body
-        await self.bus.publish_bytes(subject, _ENV_ENCODER.encode(env), msg_id=env.id)
+        await self.bus.publish_bytes(subject, _ENV_ENCODER.encode(env), msg_id=env.id,
+                                     content_type=MSGPACK)
         return env.id
 
     async def send(self, role: str, rank: int, topic: str, payload: Any) -> str:
