@@ -87,6 +87,10 @@ async def test_a_validation_run_becomes_signed_verifiable_evidence(
     assert code == 0, err
     [row] = [r for r in json.loads(out) if r["site"] == "site-a"]
     assert row["eligible"] and row["reason"] == "eligible" and row["evidence"] == event.bundle
+    code, out, err = await cairn(fed, "evidence", "status", "--recipe", RECIPE, "-o", "json")
+    assert code == 0, err
+    reasons = {r["site"]: r["reason"] for r in json.loads(out)}
+    assert reasons == {"hub": "no-evidence", "site-a": "eligible", "site-b": "no-evidence"}
 
     code, out, err = await cairn(fed, "recipe", "show", RECIPE, "--federation", "-o", "json")
     assert code == 0, err

@@ -7,9 +7,15 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from cairn.bus import Bus
+from cairn import subjects
+from cairn.bus import Bus, replay
 from cairn.errors import CairnError
-from cairn.events import EvidenceRecorded
+from cairn.events import (
+    FEDERATION_DECODER,
+    EvidenceRecorded,
+    FederationSeeded,
+    FederationSiteAdded,
+)
 from cairn.evidence.eligibility import Eligibility, EvidenceSlot, VerifiedEvidence, judge
 from cairn.evidence.store import fetch_bundle, recorded
 from cairn.evidence.trust import TrustList
@@ -49,12 +55,28 @@ async def latest_snapshot(bus: Bus, site: str) -> Snapshot | None:
         return None
 
 
+async def federation_sites(bus: Bus) -> list[str]:
+    """The federation's sites, from its seed and later additions in FEDERATION."""
+    sites: set[str] = set()
+    async for item in replay(bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
+                             filters=[subjects.fed("seeded"), subjects.fed("site-added")]):
+        if isinstance(item.event, FederationSeeded):
+            sites |= {s.name for s in item.event.sites}
+        elif isinstance(item.event, FederationSiteAdded):
+            sites.add(item.event.site.name)
+    return sorted(sites)
+
+
 async def eligibility(bus: Bus, trust: TrustList, *, now: datetime,
                       max_age: timedelta | None, site: str | None = None,
                       recipe: str | None = None,
                       accepted_signers: Sequence[str] = ()) -> list[Eligibility]:
-    """The verdict for every site and recipe with evidence (filtered), sorted."""
+    """The verdict for every site and recipe with evidence (filtered), sorted; with a
+    `recipe`, every site of the federation too (those without evidence: `no-evidence`)."""
     found = await slots(bus, trust, now=now, site=site, recipe=recipe)
-    snapshots = {s: await latest_snapshot(bus, s) for s in sorted({k[0] for k in found})}
-    return [judge(s, r, found[(s, r)], snapshots[s], now=now, max_age=max_age,
-                  accepted_signers=accepted_signers) for s, r in sorted(found)]
+    keys = set(found)
+    if recipe is not None:
+        keys |= {(s, recipe) for s in await federation_sites(bus) if site in (None, s)}
+    snapshots = {s: await latest_snapshot(bus, s) for s in sorted({k[0] for k in keys})}
+    return [judge(s, r, found.get((s, r)), snapshots[s], now=now, max_age=max_age,
+                  accepted_signers=accepted_signers) for s, r in sorted(keys)]
