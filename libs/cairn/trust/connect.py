@@ -72,7 +72,9 @@ async def member_studies(bus: Bus, site: str) -> set[str] | None:
     try:
         reply = await bus.request(subjects.site_studies(site), b"", timeout=2.0)
     except Unavailable:
-        return None
+        # No authority: an insecure federation, or (with credentials) one whose authority
+        # is restarting, where nothing new can be read until it is back.
+        return set() if bus.creds else None
     except Timeout:
         return set()  # an authority that is slow to answer: try again on the next scan
     try:
