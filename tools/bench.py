@@ -38,6 +38,7 @@ SECTIONS = {
     "slurm": "bench_slurm",
     "evidence": "bench_evidence",
     "launchers": "bench_launchers",
+    "hostile": "bench_hostile",
 }
 
 
