@@ -82,7 +82,7 @@ def env_of(log: str) -> dict[str, str]:
 
 async def test_the_job_gets_the_contract_its_code_and_exit_codes(
         backend: SlurmBackend, code_dir: Path, tmp_path: Path) -> None:
-    script = "env; cat hello.txt; echo; echo out > result.txt"
+    script = "env; cat hello.txt; echo; cat $DB_PW_FILE; echo; echo out > result.txt"
     ok, log = await run(backend, spec(code_dir, ["bash", "-c", script], rank=0,
                                       study_env={"TZ": "UTC"}, secret_env={"DB_PW": "s3cret"}))
     bad, _ = await run(backend, spec(code_dir, ["bash", "-c", "echo boom; exit 3"], rank=1))
@@ -91,13 +91,17 @@ async def test_the_job_gets_the_contract_its_code_and_exit_codes(
     workdir = tmp_path / "site" / "workers" / "j1_site-a_client_0_0"
     assert env["CAIRN_WORKDIR"] == str(workdir) and env["CAIRN_JOB"] == "j1"
     assert env["CAIRN_DATA"] == str(workdir / ".cairn" / "data")
-    assert env["TZ"] == "UTC" and env["DB_PW"] == "s3cret"
+    assert env["TZ"] == "UTC" and "DB_PW" not in env
+    assert env["CAIRN_ALLOCATION"].startswith("gpus=0;gpu_ids=;")
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["RANK"] == "0"
     assert env["SLURM_JOB_NAME"] == "cairn-j1-client-0"
-    assert "from the bundle" in log
+    assert "from the bundle" in log and "s3cret" in log
     assert (workdir / "result.txt").read_text() == "out\n"
-    # The secret reached the job through its environment, never the script on disk.
+    # The secret reached the job as a 0400 file named by DB_PW_FILE, never in its environment
+    # or the script, and the file is gone once the job ended.
+    assert env["DB_PW_FILE"] == str(workdir / ".cairn" / "secrets" / "DB_PW")
     assert "s3cret" not in (workdir / ".cairn" / "job.sh").read_text()
+    assert not (workdir / ".cairn" / "secrets").exists()
     assert (bad.exit_code, bad.cause) == (3, "crashed")
 
 

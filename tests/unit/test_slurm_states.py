@@ -42,6 +42,8 @@ def test_oom_reports_the_kill_like_the_other_backends() -> None:
 
 def test_cancelled_is_ours_only_when_we_cancelled() -> None:
     assert classify(ended("CANCELLED", None, 15), cancelled=True)[:2] == (143, "cancelled")
+    # A worker whose SIGTERM handler exits 143 leaves FAILED, not CANCELLED.
+    assert classify(ended("FAILED", 143), cancelled=True)[:2] == (143, "cancelled")
     _code, cause, message = classify(ended("CANCELLED", None, 15))
     assert cause == "infrastructure" and "outside Cairn" in message
 
@@ -55,6 +57,10 @@ def test_exit_codes_and_the_derived_exit_code() -> None:
     assert (code, cause) == (2, "crashed") and "DerivedExitCode" in message
     code, cause, _ = classify(ended("COMPLETED", 0, derived_signal=9))
     assert (code, cause) == (137, "crashed")
+
+
+def test_the_gpu_check_exit_is_an_allocation_mismatch() -> None:
+    assert classify(ended("FAILED", 78))[:2] == (78, "allocation-mismatch")
 
 
 def test_our_own_timeout_wins_over_the_state() -> None:

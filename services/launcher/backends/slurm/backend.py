@@ -38,6 +38,8 @@ from cairn.launcher.backends._workdir import (
     LOG_NAME,
     prepare_workdir,
     read_chunk,
+    remove_secrets,
+    secrets_dir,
     split_entrypoint,
     worker_env,
 )
@@ -47,6 +49,7 @@ from cairn.launcher.backends.base import (
     LaunchHandle,
     LaunchSpec,
     WorkerExit,
+    allocation_env,
 )
 from cairn.launcher.backends.slurm.cli import CliDriver
 from cairn.launcher.backends.slurm.driver import SlurmDriver, SlurmUnavailable
@@ -126,11 +129,13 @@ class SlurmBackend:
             SlurmUnavailable: the cluster did not answer.
         """
         argv = split_entrypoint(spec.entrypoint)
-        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root)
+        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root, secrets=True)
         try:
-            env = worker_env(spec, workdir, sys.executable)
+            env = worker_env(spec, workdir, sys.executable, secret_files=True)
             # Slurm sets it for the GPUs it allocates; the script makes it empty otherwise.
             env.pop("CUDA_VISIBLE_DEVICES", None)
+            # Slurm picks the devices: the worker checks their count (gpu_ids empty).
+            env.update(allocation_env(spec, [], gpu_ids=[]))
             request = build_request(spec, argv, env, str(workdir), str(workdir / LOG_NAME))
             script = workdir / CONTROL_DIR / SCRIPT_NAME
             await asyncio.to_thread(_write_script, script, request.script)
@@ -271,6 +276,8 @@ class SlurmBackend:
                            message=text, ended_at=datetime.now(UTC))
         self._ended[handle.launch_id] = ended
         self._watches.pop(handle.launch_id, None)
+        # Its secrets live only as long as it does (the shared filesystem is no vault).
+        remove_secrets(secrets_dir(handle.workdir))
         if not watch.done.done():
             watch.done.set_result(ended)
         return ended

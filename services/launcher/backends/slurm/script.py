@@ -10,9 +10,10 @@ The script body runs the worker:
 - several nodes, or a container sandbox: one `srun` task per node (`--ntasks-per-node=1`),
   every task with `RANK`/`CAIRN_NODE_RANK` (its node index), `WORLD_SIZE`/`CAIRN_NODE_COUNT`,
   and `MASTER_ADDR` (the batch host, which holds rank 0) and `MASTER_PORT` (from the job id);
-- every task first checks it sees exactly the GPUs it asked for on its node, and exits 1
-  with a message otherwise: a step given 1 GPU of 4 on a node (FLARE #5268) never trains
-  silently on less. GPUs are asked per node (`--gpus-per-node`) so every node gets them;
+- every task first checks it sees exactly the GPUs it asked for on its node, and exits 78
+  (the worker SDK's allocation-mismatch exit) with a message otherwise: a step given 1 GPU
+  of 4 on a node (FLARE #5268) never trains silently on less. GPUs are asked per node
+  (`--gpus-per-node`), so every node gets them;
 - `CUDA_VISIBLE_DEVICES` is set empty where Slurm set nothing: unset means "every GPU".
 """
 
@@ -28,6 +29,7 @@ import msgspec
 from cairn.errors import InvalidInput
 from cairn.launcher.backends.base import LaunchSpec
 from cairn.spec.runtime import SlurmPolicy
+from cairn.worker.allocation import MISMATCH_EXIT
 
 TAG_PREFIX = "cairn:"
 MASTER_PORT_BASE = 29500
@@ -209,12 +211,13 @@ def batch_script(request: JobRequest, spec: LaunchSpec, settings: SlurmPolicy,
 
 
 def _gpu_check(gpus: int) -> str:
-    # Counts CUDA_VISIBLE_DEVICES entries; exits 1 (cause crashed, message in worker.log).
+    # Counts CUDA_VISIBLE_DEVICES entries; exits as the SDK's own check does (cause
+    # allocation-mismatch, the node named in worker.log).
     return (
         'seen=$(printf %s "$CUDA_VISIBLE_DEVICES" | tr , "\\n" | grep -c .); '
         f'if [ "$seen" -ne {gpus} ]; then echo "cairn: node $(hostname) ($SLURMD_NODENAME) '
         f'sees $seen GPUs ($CUDA_VISIBLE_DEVICES), the worker asked for {gpus} per node" >&2; '
-        "exit 1; fi"
+        f"exit {MISMATCH_EXIT}; fi"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from cairn.launcher.backends.base import ExitCause
+from cairn.worker.allocation import MISMATCH_EXIT
 
 # States in which the job is not over yet (COMPLETING: its processes are still being reaped).
 ACTIVE = frozenset({
@@ -145,6 +146,10 @@ def classify(status: JobStatus, *, cancelled: bool = False,
     state = status.state
     if timed_out:
         return code, "timeout", "ran past its timeout and was cancelled"
+    if cancelled:
+        # Whatever state the cancel left (CANCELLED, or FAILED when the worker's SIGTERM
+        # handler exited nonzero): it ended because Cairn asked.
+        return code, "cancelled", f"cancelled ({state}, {how})"
     if state in ("TIMEOUT", "DEADLINE"):
         return code, "timeout", f"Slurm ended it at its time limit ({state})"
     if state == "OUT_OF_MEMORY":
@@ -152,8 +157,6 @@ def classify(status: JobStatus, *, cancelled: bool = False,
     if state in _INFRASTRUCTURE:
         return code, "infrastructure", f"{_INFRASTRUCTURE[state]} ({state})"
     if state == "CANCELLED":
-        if cancelled:
-            return code, "cancelled", "cancelled (scancel)"
         return code, "infrastructure", f"cancelled outside Cairn{reason}"
     if state == "COMPLETED" and code == 0:
         dcode = _code(status.derived_code, status.derived_signal)
@@ -162,6 +165,9 @@ def classify(status: JobStatus, *, cancelled: bool = False,
                                       f"{_how(status.derived_code, status.derived_signal)}, "
                                       "though the batch script exited 0")
         return 0, None, "exited with code 0"
+    if state == "FAILED" and code == MISMATCH_EXIT:
+        return code, "allocation-mismatch", ("a node did not get the GPUs asked for "
+                                             "(see worker.log)")
     if state in ("COMPLETED", "FAILED"):
         if code is None:
             return None, "launch-failed", f"Slurm could not start it{reason}"
