@@ -1,0 +1,93 @@
+"""A worker's job-lifetime credential: confined to its own subjects and its job's data plane,
+cut off within seconds of its job's end. Minted by the site's launcher, as in production."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cairn import subjects
+from cairn.client import Client
+from cairn.runtime.context import Context
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
+from tests.fixtures.federation import make_federation
+from tests.integration.cp_helpers import write_job
+from tests.integration.security_helpers import connect_as, refused_at_connect
+
+# The worker keeps a copy of its credential (as a compromised worker would) and lingers
+# until told to stop.
+LINGER = """\
+import os, shutil, time
+out = {out!r}
+site = os.environ["CAIRN_SITE"]
+shutil.copy(os.environ["CAIRN_CREDS_FILE"], os.path.join(out, site + ".creds"))
+deadline = time.time() + 90
+while time.time() < deadline and not os.path.exists(os.path.join(out, "stop")):
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
+    fed = make_federation(tmp_path)
+    fed.secure = True
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        yield fed
+    finally:
+        fed.stop()
+
+
+async def _wait_for(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_credential_is_confined_to_its_job_and_dies_with_it(
+        secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
+    fed = secure_fed
+    assert fed.nats is not None
+    out = tmp_path / "stolen"
+    out.mkdir()
+    client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
+                                          **fed.client_options(DEFAULT_ADMIN)))
+    try:
+        job = await client.submit(write_job(tmp_path / "job", name="linger",
+                                            script=LINGER.format(out=str(out))))
+        stolen = out / "site-a.creds"
+        await _wait_for(stolen, 60)
+        worker = await connect_as(fed, stolen)
+        own = subjects.job_worker("demo", job, "site-a", "client", "progress")
+        coordinator = subjects.job("demo", job, "completed")
+        launcher = subjects.job_site("demo", job, "site-a", "exited")
+        other_job = subjects.data_all("demo", "j-someone-else")
+        await worker.nc.publish(own, b"{}")
+        await worker.nc.publish(coordinator, b"{}")
+        await worker.nc.publish(launcher, b"{}")
+        await worker.nc.subscribe(other_job)
+        await worker.nc.publish("$JS.API.CONSUMER.CREATE.DATA_demo", b"{}")
+        await worker.nc.flush(timeout=5)
+        await asyncio.sleep(0.3)
+        assert not worker.refused(own), worker.errors
+        assert worker.refused(f'publish to "{coordinator}"')
+        assert worker.refused(f'publish to "{launcher}"')
+        assert worker.refused(f'subscription to "{other_job}"')
+        assert worker.refused('publish to "$JS.API.CONSUMER.CREATE.DATA_demo"')
+        # The job ends: the lingering credential is cut off within 5 s and refused after.
+        (out / "stop").touch()
+        final = await client.wait(job, timeout=60)
+        assert final.state == "completed", final.cause
+        ended = time.monotonic()
+        await asyncio.wait_for(worker.closed.wait(), 5.0)
+        assert time.monotonic() - ended < 5.0
+        assert await refused_at_connect(fed, stolen)
+    finally:
+        (out / "stop").touch()
+        await client.close()
