@@ -177,3 +177,15 @@ def test_a_5000_digit_number_in_a_spec_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as err:
         load_job_spec(spec)
     assert err.value.file == str(spec) and err.value.line == 7
+
+
+def test_recipe_node_counts_have_a_bound(tmp_path: Path) -> None:
+    root = catalog_copy(tmp_path)
+    (root / "overlays" / "huge.yaml").write_text(textwrap.dedent("""\
+        name: huge
+        criteria: {nodes: 1000000000}
+        """), encoding="utf-8")
+    with pytest.raises(InvalidInput) as err:
+        load_catalog(root)
+    assert err.value.file == "overlays/huge.yaml"
+    assert "1000000000 is more than the limit of 100000 nodes" in err.value.message

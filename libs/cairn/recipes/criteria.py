@@ -19,6 +19,9 @@ from cairn.recipes.model import CRITERIA_FIELDS, Criteria
 
 ANY = "any"
 
+MAX_NODES = 100_000
+"""The most nodes a recipe or a query may name (docs/limits.md)."""
+
 
 class Dimension(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     values: list[str]
@@ -119,6 +122,9 @@ class CriteriaCatalog:
             raise InvalidInput(
                 "nodes must be 0 (any) or more", field=f"{where}.nodes", file=file, line=line
             )
+        if criteria.nodes > MAX_NODES:
+            raise InvalidInput(f"{criteria.nodes} is more than the limit of {MAX_NODES} nodes",
+                               field=f"{where}.nodes", file=file, line=line)
         for rule in self.implies:
             if not all(fields[k] in vs for k, vs in rule.when.items()):
                 continue
