@@ -65,6 +65,19 @@ async def validate(fed: EmbeddedFederation, site: str) -> str:
     raise AssertionError(f"no evidence for {run}")
 
 
+async def cairn_cli(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:
+    assert fed.nats is not None
+    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_ACTOR": DEFAULT_ADMIN,
+           **fed.client_env(), "CAIRN_TRUST": str(fed.trust_file)}
+    env.pop("CAIRN_CONTEXT", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cairn", *args, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 async def submit(fed: EmbeddedFederation, tmp_path: Path, name: str, max_age: str) -> JobState:
     """Submit a gated job (one worker per site, at least one site); wait until it settles."""
     roles = """\
@@ -107,6 +120,11 @@ async def test_gating_receipts_expiry_drift_and_restore(fed: EmbeddedFederation,
     assert statement.subject[0].digest["sha256"] == bundle
     assert statement.predicate.resource_uri == "cairn:site/site-a"
     assert statement.predicate.verification_result == "PASSED"
+    code, out, err = await cairn_cli(fed, "evidence", "receipts", job.job, "--study", "demo",
+                                     "-o", "json")
+    assert code == 0, out + err
+    [row] = json.loads(out)
+    assert row["verified"] and row["by"] == "federation" and row["evidence"] == bundle
 
     # Too old for the next job's max age: unschedulable, a typed reason per site.
     await asyncio.sleep(2.5)
