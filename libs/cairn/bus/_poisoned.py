@@ -35,16 +35,21 @@ class StoredMessage(NamedTuple):
 
 
 class UndecodableRecord(InvalidInput):
-    """A stored record that does not decode as what its subject or bucket promises."""
+    """A stored record that does not decode as what its subject or bucket promises.
+
+    `key` is the subject (stream) or key (KV); `subject` is where the record lives on the
+    bus (for KV, `$KV.<bucket>.<key>`), so a dead letter's redrive puts it back there.
+    """
 
     def __init__(self, message: str, *, store: str, key: str, seq: int, data: bytes,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, subject: str | None = None) -> None:
         super().__init__(message)
         self.store = store
         self.key = key
         self.seq = seq
         self.data = data
         self.headers = headers or {}
+        self.subject = subject or key
 
 
 async def last_stored(bus: Bus, stream: str, subject: str) -> StoredMessage | None:
@@ -63,7 +68,7 @@ async def report_skipped(bus: Bus, record: UndecodableRecord, *, site: str,
     log.error("%s@%s skipped record %s seq %d in %s: %s", service, site, record.key,
               record.seq, record.store, record.message)
     letter = DeadLettered(
-        **stamp(), source=f"{service}@{site}", stream=record.store, subject=record.key,
+        **stamp(), source=f"{service}@{site}", stream=record.store, subject=record.subject,
         consumer=f"{service}@{site}", stream_seq=record.seq, headers=record.headers,
         payload_b64=base64.b64encode(record.data[:1 << 20]).decode(),
         error=f"undecodable at start: {record.message}"[:2000])

@@ -56,7 +56,8 @@ class KV(Generic[T]):
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             record = UndecodableRecord(f"KV {self._bucket} key {key}: {exc}",
                                        store=f"KV_{self._bucket}", key=key,
-                                       seq=int(entry.revision or 0), data=bytes(entry.value))
+                                       seq=int(entry.revision or 0), data=bytes(entry.value),
+                                       subject=f"$KV.{self._bucket}.{key}")
             log.warning("skipping an undecodable entry: %s", record.message)
             if self._on_undecodable is not None:
                 await self._on_undecodable(record)
