@@ -102,9 +102,9 @@ class LauncherService:
             self.records[record.launch_id] = record
             self.launches = launch_state.Launches(
                 launches={**self.launches.launches, record.launch_id: _state_of(record)})
-        await self.bus.publish(BackendDeclared(
-            **stamp(), source=f"launcher@{self.site}", site=self.site, backend=self.backend.name,
-            capabilities=capability_names(self.backend.capabilities)))
+        # In the background: FEDERATION may not exist yet on a federation's first start, and
+        # launching does not wait on it (the agent waits a while, then the launcher checks).
+        rt.spawn(self._declare_backend(self.backend), "launcher-declare-backend")
         await self._reconcile()
         await rt.consume(stream=subjects.site_stream(self.site).name, durable="launcher",
                          filters=[subjects.site_launch_all(self.site)], decoder=SITE_DECODER,
@@ -119,6 +119,18 @@ class LauncherService:
         await asyncio.gather(*self.watchers.values(), return_exceptions=True)
         if self.backend is not None:
             await self.backend.close()
+
+    async def _declare_backend(self, backend: Backend) -> None:
+        declared = BackendDeclared(**stamp(), source=f"launcher@{self.site}", site=self.site,
+                                   backend=backend.name,
+                                   capabilities=capability_names(backend.capabilities))
+        for _ in range(10):  # each publish retries for 30 s: 5 minutes in all
+            try:
+                await self.bus.publish(declared)
+                return
+            except CairnError as exc:
+                log.warning("could not declare the backend yet: %s", exc)
+        log.error("gave up declaring the backend; the agent cannot check capabilities")
 
     # -- reconcile after a restart ----------------------------------------------------------
 
