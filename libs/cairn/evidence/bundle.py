@@ -162,7 +162,9 @@ def unpack(data: bytes, *, source: str = "<tarball>") -> BundleFiles:
                 assert extracted is not None  # a regular file always has content
                 files[path] = extracted.read()
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
-        raise InvalidInput(f"not a bundle tarball: {exc}", file=source) from None
+        # tarfile's message lists every compression it tried, over several lines.
+        first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+        raise InvalidInput(f"not a bundle tarball ({first})", file=source) from None
     return files
 
 
