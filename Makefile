@@ -30,10 +30,13 @@ test-integration: $(STAMP)
 bench: $(STAMP)
 	@$(PY) tools/bench.py
 
-# The worker image, from this checkout and this host's Python (no registry): docker load'ed
-# into the engine at DOCKER_HOST. deploy/images/worker/build.py --help for more.
+# The worker image, the parent image (every service: `cairn run ...`) and a NATS image, from
+# this checkout and this host's Python (no registry): docker load'ed into the engine at
+# DOCKER_HOST. deploy/images/<name>/build.py --help for more.
 images: $(STAMP)
 	$(PY) deploy/images/worker/build.py --load
+	$(PY) deploy/images/cairn/build.py --load
+	$(PY) deploy/images/nats/build.py --load
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tools tests examples

@@ -162,6 +162,8 @@ class ImageConfig:
     workdir: str = "/"
     labels: dict[str, str] = field(default_factory=dict)
     user: str = ""
+    entrypoint: list[str] = field(default_factory=list)
+    """Written only when set, so images without one keep their ids."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,8 @@ def write_archive(root: RootFS, out: Path, *, tag: str, config: ImageConfig,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": created, "created_by": f"cairn imagetar: {tag}"}],
     }
+    if config.entrypoint:
+        image_config["config"]["Entrypoint"] = config.entrypoint  # type: ignore[index]
     config_bytes = json.dumps(image_config, sort_keys=True, separators=(",", ":")).encode()
     config_hex = hashlib.sha256(config_bytes).hexdigest()
     layer_name = f"{diff_id.removeprefix('sha256:')}/layer.tar"
