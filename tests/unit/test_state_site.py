@@ -150,8 +150,10 @@ def test_gpus_on_a_backend_without_gpus_are_refused_and_given_where_it_has_them(
 def test_policy_comes_before_capabilities_and_room_after_them() -> None:
     not_approved = decide(deploy(image="evil/miner:1"))
     assert not_approved is not None and not_approved.reason == "image-not-approved"
-    full = decide(deploy(millicpus=8000))
-    assert full is not None and full.reason in ("infrastructure", "over-study-limit")
+    full = decide(deploy(millicpus=6000))  # within the study's 8 cpus, past the site's 4
+    assert full is not None and full.reason == "infrastructure" and "is full" in full.message
+    over = decide(deploy(millicpus=9000))
+    assert over is not None and over.reason == "over-study-limit"
     unknown_backend = decide(deploy(image="lab/trainer:1"), caps=None)
     assert unknown_backend is not None and unknown_backend.accepted  # the launcher checks
 
