@@ -15,20 +15,18 @@ from typing import Any
 import click
 
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import Bus
 from cairn.cli.output import emit, output_option, print_table
 from cairn.cli.session import run
 from cairn.errors import CairnError, InvalidInput, NotFound, Unavailable, from_dict
-from cairn.events import STUDY_DECODER, DeployCommand
 from cairn.evidence.bundle import BundleFiles, pack, read_bundle
 from cairn.evidence.dashboard import RecipeEvidence, catalog_bundles, recipe_evidence
 from cairn.evidence.eligibility import Eligibility
-from cairn.evidence.keys import VerifyingKey
+from cairn.evidence.receipts import job_receipts
 from cairn.evidence.status import eligibility
 from cairn.evidence.store import fetch_bundle, latest, recorded
 from cairn.evidence.trust import TrustList, load_trust
 from cairn.evidence.verify import Verification, verify_bundle
-from cairn.evidence.vsa import verify_receipt
 from cairn.names import check_name
 from cairn.runtime import context as context_file
 from cairn.spec.duration import parse_duration
@@ -296,7 +294,12 @@ cannot be reached.
 def receipts(job: str, study: str, trust: Path | None, revoked: Path | None,
              output: str) -> None:
     trust_list = load_trust_option(trust, revoked)
-    rows = run(_receipts(check_name(study, "study"), check_name(job, "job"), trust_list))
+    async def body() -> list[dict[str, Any]]:
+        async with connected() as bus:
+            return await job_receipts(bus, check_name(study, "study"), check_name(job, "job"),
+                                      trust_list)
+
+    rows = run(body())
     emit(rows, output, lambda shown: print_table(
         None, ("site", "verified", "by", "evidence", "verified at", "detail"),
         [(r["site"], "yes" if r["verified"] else "NO", r["by"] or "-",
@@ -306,37 +309,3 @@ def receipts(job: str, study: str, trust: Path | None, revoked: Path | None,
         raise NotFound(f"job {job} has no dispatches in study {study}")
     if not all(r["verified"] for r in rows):
         raise SystemExit(2)
-
-
-async def _receipts(study: str, job: str, trust: TrustList) -> list[dict[str, Any]]:
-    keys = {k: v for k, v in trust.keys().items() if k not in trust.revoked}
-    rows: list[dict[str, Any]] = []
-    async with connected() as bus:
-        async for item in replay(bus, subjects.study_stream(study).name, STUDY_DECODER,
-                                 filters=[subjects.study_all(study)]):
-            deploy = item.event
-            if not isinstance(deploy, DeployCommand) or deploy.job != job:
-                continue
-            rows.append(_receipt_row(deploy, keys, trust))
-    return rows
-
-
-def _receipt_row(deploy: DeployCommand, keys: dict[str, VerifyingKey], trust: TrustList
-                 ) -> dict[str, Any]:
-    row: dict[str, Any] = {"site": deploy.site, "role": deploy.role, "verified": False,
-                           "by": None, "evidence": None, "verified_at": None, "detail": ""}
-    if deploy.receipt is None:
-        row["detail"] = "no receipt (the job does not require a recipe, or no receipt key)"
-        return row
-    try:
-        statement = verify_receipt(deploy.receipt, keys)
-    except InvalidInput as exc:
-        row["detail"] = exc.message
-        return row
-    signer_ids = [s.get("keyid", "") for s in deploy.receipt.get("signatures", [])]
-    by = next((trust.signers[k].name for k in signer_ids if k in trust.signers), None)
-    row.update(verified=True, by=by, evidence=statement.subject[0].digest.get("sha256"),
-               verified_at=statement.predicate.time_verified.isoformat(),
-               detail=f"{statement.predicate.verification_result} "
-                      f"{', '.join(statement.predicate.verified_levels)}")
-    return row
