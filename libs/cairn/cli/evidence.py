@@ -117,7 +117,8 @@ trust list; 4 no such bundle or no evidence for --site/--recipe.
 """
 
 
-@evidence.command("verify", help=VERIFY_HELP)
+@evidence.command("verify", help=VERIFY_HELP,
+                  short_help="Verify an evidence bundle offline.")
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
 @click.option("--site", default=None, help="Fetch the latest evidence of this site...")
 @click.option("--recipe", default=None, help="...for this recipe.")
@@ -178,7 +179,8 @@ Exit codes: 0 shown; 3 bad trust list or --max-age; 4 no trust list;
 """
 
 
-@evidence.command("status", help=STATUS_HELP)
+@evidence.command("status", help=STATUS_HELP,
+                  short_help="Eligibility per site and recipe: why, since, until.")
 @click.option("--site", default=None, help="Only this site.")
 @click.option("--recipe", default=None, help="Only this recipe.")
 @click.option("--max-age", default=DEFAULT_MAX_AGE, show_default=True,
@@ -222,7 +224,8 @@ Exit codes: 0 stored; 3 the bundle is broken (the reason is printed);
 """
 
 
-@evidence.command("submit", help=SUBMIT_HELP)
+@evidence.command("submit", help=SUBMIT_HELP,
+                  short_help="Submit a bundle validated on your own hardware.")
 @click.argument("bundle", type=click.Path(exists=True, path_type=Path))
 @output_option()
 def submit(bundle: Path, output: str) -> None:
@@ -285,7 +288,8 @@ cannot be reached.
 """
 
 
-@evidence.command("receipts", help=RECEIPTS_HELP)
+@evidence.command("receipts", help=RECEIPTS_HELP,
+                  short_help="Verify a job's dispatch receipts.")
 @click.argument("job")
 @click.option("--study", envvar="CAIRN_STUDY", required=True,
               help="The job's study (default: $CAIRN_STUDY).")
