@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("cairn.cli.bundle:bundle", "Render a recipe for Helm, Argo CD, Flux or Helmfile."),
     "validate": ("cairn.cli.validate:validate", "Validate a site against a recipe."),
     "keys": ("cairn.cli.keys:keys", "Create Ed25519 signing keys."),
+    "provision": ("cairn.cli.provision:provision", "Provision identities and startup kits."),
     "evidence": ("cairn.cli.evidence:evidence", "Verify signed evidence; eligibility; submit."),
 }
 
