@@ -103,10 +103,15 @@ class AgentService:
         assert self.rt is not None
         subject = subjects.site_event(self.site, "backend")
         await self.rt.subscribe_core(subject, self._on_backend)
-        async for item in replay(self.bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
-                                 filters=[subject]):
-            if isinstance(item.event, BackendDeclared):
-                self._declared(item.event)
+        try:
+            async for item in replay(self.bus, subjects.FEDERATION_STREAM.name,
+                                     FEDERATION_DECODER, filters=[subject]):
+                if isinstance(item.event, BackendDeclared):
+                    self._declared(item.event)
+        except CairnError as exc:
+            # FEDERATION is not there yet (a federation's first start): the launcher's
+            # declaration arrives on the subscription above instead.
+            log.info("no past backend declaration of %s: %s", self.site, exc)
 
     async def _on_backend(self, msg: Any) -> None:
         try:
