@@ -26,6 +26,16 @@ from cairn.subjects import StreamSpec
 
 log = logging.getLogger("cairn.bus")
 
+
+def _not_ssl_eof_noise(record: logging.LogRecord) -> bool:
+    # asyncio warns on every TLS connection the server closes ("returning true from
+    # eof_received() has no effect when using ssl"): harmless, and it would be on every
+    # line of a secure federation's output.
+    return "eof_received()" not in record.getMessage()
+
+
+logging.getLogger("asyncio").addFilter(_not_ssl_eof_noise)
+
 MSG_ID = "Nats-Msg-Id"
 CONTENT_TYPE = "Content-Type"
 JSON = "application/json"

@@ -38,7 +38,7 @@ def _setup_data(example: Path, sites_dir: Path, hub: str) -> None:
 def _start(workdir: Path) -> Any:
     from cairn.runtime.embedded import EmbeddedFederation
 
-    fed = EmbeddedFederation(dir=workdir / "fed", heartbeat_s=0.5)
+    fed = EmbeddedFederation(dir=workdir / "fed", heartbeat_s=0.5, secure=True)
     _say("1. Starting an embedded federation (nats-server, coordinator, hub, site-a, site-b)")
     # Before any event loop runs: the parents are forked from this process (cairn.runtime.forked).
     fed.start(fork=True)
@@ -59,7 +59,7 @@ async def _run(fed: Any, example: Path, out: Path, recipe: str | None, t0: float
     for site in fed.sites[1:]:
         click.echo(f"   {site}: {fed.site_dir(site) / 'data' / 'shared' / 'fedavg'}")
     client = await Client.connect(Context(nats_url=fed.nats.url, study=fed.study,
-                                          actor=DEFAULT_ADMIN))
+                                          actor=DEFAULT_ADMIN, **fed.client_options()))
     try:
         _say(f"3. Submitting {example / 'job.yaml'} to study {fed.study}")
         submitted = time.monotonic()

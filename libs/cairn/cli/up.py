@@ -14,6 +14,7 @@ import click
 from cairn.errors import CairnError, NotFound
 from cairn.runtime import context
 from cairn.runtime.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
+from cairn.runtime.secure import INSECURE_WARNING
 from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
 
 
@@ -25,7 +26,11 @@ reads, prints where everything runs, and stops it all on Ctrl-C or `cairn down`.
 A parent or the nats-server that dies is restarted, with backoff and a line saying so;
 an existing --dir keeps the NATS port it had (docs/operate-embedded.md).
 With --check it starts, waits until every service is healthy, prints how long that took,
-stops, and exits 0.""")
+stops, and exits 0.
+
+Secure by default: TLS, a throwaway PKI and one credential per participant under
+DIR/trust (kits in DIR/trust/kits), and the authority deciding what each may do at the
+broker. --insecure turns all of that off, for development only, and says so on every start.""")
 @click.option("--dir", "dir_", type=click.Path(path_type=Path), default=Path(".cairn"),
               show_default=True, help="Configs, stores and logs live here (kept between runs).")
 @click.option("--site", "sites", multiple=True, help="Site names; the first is the hub. "
@@ -36,15 +41,19 @@ stops, and exits 0.""")
 @click.option("--check", is_flag=True, help="Start, wait for health, report, stop.")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for every service to be healthy.")
+@click.option("--insecure", is_flag=True,
+              help="DEVELOPMENT ONLY: no TLS, no authentication, no authorization.")
 def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
-       timeout: float) -> None:
+       timeout: float, insecure: bool) -> None:
     from cairn.names import check_name
 
     for s in (*sites, study):
         check_name(s, "site" if s in sites else "study")
     t0 = time.monotonic()
     fed = EmbeddedFederation(dir=dir_, sites=sites or DEFAULT_SITES, study=study,
-                             port=port or remembered_port(dir_))
+                             port=port or remembered_port(dir_), secure=not insecure)
+    if insecure:
+        click.echo(INSECURE_WARNING, err=True)
     stopping = {"flag": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -83,6 +92,11 @@ def _print_where(fed: EmbeddedFederation, path: Path, took: float) -> None:
     click.echo(f"Cairn federation up in {took:.2f}s (Ctrl-C or `cairn down` stops it)")
     click.echo(f"  nats        {fed.nats.url}  (monitor {fed.nats.monitor_url})")
     click.echo(f"  context     {path}")
+    if fed.trust is not None:
+        click.echo(f"  security    TLS + authority; kits in {fed.trust.dir / 'kits'} "
+                   "(docs/security.md)")
+    else:
+        click.echo(f"  security    {INSECURE_WARNING}")
     click.echo(f"  study       {fed.study} (actor {context.load(path).actor})"  # type: ignore[union-attr]
                if context.load(path) else "")
     for p in fed.processes:
