@@ -78,9 +78,10 @@ Finding the bus: commands read the context file written by `cairn up`
 A session is bound to one study (--study or $CAIRN_STUDY).
 
 \b
-Identity: until the security work lands, the actor (--actor or $CAIRN_ACTOR)
-is TAKEN ON TRUST: the coordinator checks the actor's role in the study but
-cannot tell who really sent the request.
+Identity: every request is signed with the credential of your startup kit
+(context file `creds`, or $CAIRN_CREDS); the coordinator acts as, and records,
+the identity that signed it, and the broker lets it reach only its own studies.
+Only a federation started with `cairn up --insecure` takes --actor on trust.
 
 \b
 Exit codes: 0 ok; 1 the thing asked for failed (job failed, validation did

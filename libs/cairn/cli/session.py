@@ -15,8 +15,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 ACTOR_HELP = (
-    "Who is asking (default: $CAIRN_ACTOR, else the context file). Taken on trust "
-    "until the security work lands."
+    "Who is asking (default: $CAIRN_ACTOR, else the context file). A secure federation "
+    "records the signer of the request instead; only --insecure takes it on trust."
 )
 
 

@@ -75,7 +75,7 @@ def _list(states: list[StudyState]) -> None:
     "--actor",
     envvar="CAIRN_ACTOR",
     metavar="NAME",
-    help="Who is asking (default: $CAIRN_ACTOR). Taken on trust.",
+    help="Who is asking (default: $CAIRN_ACTOR); the signer in a secure federation.",
 )
 @output_option()
 def create(
@@ -99,7 +99,7 @@ def create(
     "--actor",
     envvar="CAIRN_ACTOR",
     metavar="NAME",
-    help="Who is asking (default: $CAIRN_ACTOR). Taken on trust.",
+    help="Who is asking (default: $CAIRN_ACTOR); the signer in a secure federation.",
 )
 @output_option()
 def list_(actor: str | None, output: str) -> None:

@@ -10,7 +10,8 @@ coordinator decided. Results are the same Structs the services fold (`JobState`,
         job_id = await c.submit("job.yaml")
         final = await c.wait(job_id, timeout=600)
 
-Until the security work lands, the actor is taken on trust.
+In a secure federation every request is signed with the session's credential and the
+coordinator records the signer as the actor (`cairn.trust.requests`).
 """
 
 from __future__ import annotations

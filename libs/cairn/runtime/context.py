@@ -25,7 +25,9 @@ class Context(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     Attributes:
         nats_url: The federation's NATS URL.
         study: The default study of a session.
-        actor: The default actor (taken on trust until the security work lands).
+        actor: The default actor (a secure federation records the request's signer).
+        creds: The startup kit's credentials file (identity; signs requests).
+        tls_ca: The federation CA that the server is checked against.
         dir: `cairn up`'s working directory (configs, stores, logs).
         up_pid: The pid of the `cairn up` that owns the federation (`cairn down` stops it).
     """
