@@ -236,3 +236,19 @@ def test_garbage_attestation_is_an_envelope_failure() -> None:
     result = verify_bundle(files, TRUST, now=NOW)
     assert result.check("envelope").reason == "not-an-envelope"
     assert result.exit_code == 2
+
+
+GARBAGE = (b"", b"null", b"[]", b"{}", b"[1, 2]", b"\xff\xfe", b'"text"',
+           b'{"results": []}', b'{"results": {"tests": [1, "x", null, {"type": "check"}]}}',
+           b'{"files": []}', b'{"payload": 1, "payloadType": [], "signatures": {}}')
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+def test_any_file_replaced_by_garbage_is_a_verdict_never_a_crash(garbage: bytes) -> None:
+    files = good()
+    for path in files:
+        tampered = {**files, path: garbage}
+        rewritten = [] if path == MANIFEST else [{**tampered, MANIFEST: manifest_of(tampered)}]
+        for with_manifest in (tampered, *rewritten):
+            result = verify_bundle(with_manifest, TRUST, now=NOW)
+            assert result.exit_code == 2, (path, garbage)

@@ -262,10 +262,13 @@ def _constraints(files: Mapping[str, bytes], recipe: Recipe | None,
     for path, data in files.items():
         if path.startswith(f"{CTRF_DIR}/") and path.endswith(".json"):
             try:
-                reports[path[len(CTRF_DIR) + 1:-len(".json")]] = json.loads(data)
+                report = json.loads(data)
             except ValueError:
+                report = None
+            if not _is_ctrf(report):
                 return CheckOutcome("constraints", False, "constraint-mismatch",
-                                    f"{path} is not JSON")
+                                    f"{path} is not a CTRF report")
+            reports[path[len(CTRF_DIR) + 1:-len(".json")]] = report
     mismatches = compare_with_report(recipe, snapshot, reports)
     if mismatches:
         first = "; ".join(f"{m.phase}/{m.name}: report says {m.claimed}, re-run gives "
@@ -273,6 +276,17 @@ def _constraints(files: Mapping[str, bytes], recipe: Recipe | None,
         return CheckOutcome("constraints", False, "constraint-mismatch", first)
     return CheckOutcome("constraints", True,
                         message="every constraint re-run on the bundled snapshot agrees")
+
+
+def _is_ctrf(report: object) -> bool:
+    """A CTRF document as far as re-running needs: results.tests, a list of objects whose
+    readings (for checks) are an object."""
+    if not isinstance(report, dict) or not isinstance(report.get("results"), dict):
+        return False
+    tests = report["results"].get("tests")
+    return isinstance(tests, list) and all(
+        isinstance(t, dict) and isinstance(t.get("extra", {}), dict)
+        and isinstance(t.get("extra", {}).get("readings", {}), dict) for t in tests)
 
 
 def _freshness(statement: Statement, now: datetime, max_age: timedelta | None) -> CheckOutcome:
