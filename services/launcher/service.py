@@ -33,7 +33,6 @@ from cairn.events import (
 )
 from cairn.launcher.backends.base import (
     Backend,
-    Capability,
     LaunchHandle,
     LaunchSpec,
     WorkerExit,
@@ -196,9 +195,10 @@ class LauncherService:
         launch = await self._record(launching)
         await self.bus.publish(launching)
         try:
-            if req.gpus and Capability.GPU not in self.backend.capabilities:
-                raise InvalidInput(f"this site's {self.backend.name} backend has no gpu "
-                                   f"capability; the worker asked for GPUs {req.gpus}")
+            why = launch_state.unsupported(
+                req, self.backend.name, frozenset(capability_names(self.backend.capabilities)))
+            if why is not None:
+                raise InvalidInput(why, field="gpus")
             spec = await self._spec(req)
             handle = await self.backend.launch(spec)
         except CairnError as exc:

@@ -162,3 +162,11 @@ def test_a_decided_launch_id_is_never_decided_again() -> None:
     state = agent_state.fold([site_event("rejected", "j-1", 1)])
     assert decide(deploy(), state) is None
     assert decide(deploy(attempt=1), state) is not None  # a new attempt is a new launch
+
+
+def test_the_launcher_refuses_gpus_its_backend_has_not() -> None:
+    request = ev.LaunchRequested(**base(1), **ids("j-1"), launch_id=lid("j-1"),  # type: ignore[arg-type]
+                                 entrypoint="x", gpus=["0"])
+    why = launch_state.unsupported(request, "process", frozenset({"cancel"}))
+    assert why is not None and "gpu" in why and "process backend" in why
+    assert launch_state.unsupported(request, "docker", frozenset({"gpu"})) is None

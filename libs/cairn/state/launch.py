@@ -138,3 +138,16 @@ def exit_cause(launch: LaunchState, exit_code: int | None, cause: str | None) ->
             and (exit_code is None or exit_code >= 128)):
         return "cancelled"
     return cause
+
+
+def unsupported(request: LaunchRequested, backend: str,
+                capabilities: frozenset[str]) -> str | None:
+    """Why this site's backend cannot run the request (for people), or None when it can.
+
+    The agent refuses such a deployment first; this is the launcher's own check, for a
+    request decided before the agent knew the backend.
+    """
+    if request.gpus and "gpu" not in capabilities:
+        return (f"the worker asks for GPUs {', '.join(request.gpus)}, but this site's "
+                f"{backend} backend has no gpu capability")
+    return None
