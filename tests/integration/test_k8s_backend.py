@@ -468,3 +468,25 @@ async def test_an_api_outage_is_not_taken_for_an_unschedulable_pod(
         await backend.close()
     assert result.cause == "infrastructure" and "has not answered" in result.message
     assert cluster.exists(name)  # nothing was decided, nor deleted, on what it could not see
+
+
+async def test_a_launcher_that_restarts_while_the_api_is_down_still_starts(
+        cluster: Cluster, tmp_path: Path) -> None:
+    first = make_backend(cluster, tmp_path)
+    handle = await first.launch(make_spec(tmp_path))
+    await first.close()
+
+    async def unreachable(namespace: str, selector: str) -> list[dict[str, Any]]:
+        raise Unavailable("the Kubernetes API cannot be reached: connection refused")
+
+    second = make_backend(cluster, tmp_path)
+    second._pods.find = unreachable  # type: ignore[method-assign]
+    try:
+        assert await second.reattach(handle) == handle  # watched, not failed
+        await cluster.set_status(handle.native_id.split("/")[1], {
+            "phase": "Succeeded", "containerStatuses": [
+                {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]})
+        result = await ended(second, handle)
+    finally:
+        await second.close()
+    assert (result.exit_code, result.cause) == (0, None)

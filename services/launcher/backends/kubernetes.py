@@ -1,26 +1,20 @@
 """The `kubernetes` backend: each worker is one pod (`restartPolicy: Never`) in its study's
-namespace, through the official `kubernetes` client (`pip install 'cairn[kubernetes]'`).
+namespace, through the official `kubernetes` client (docs/sites/kubernetes.md).
 
-    site.yaml: backend: kubernetes
-               kubernetes: {kubeconfig: ..., namespace: ..., workdir_claim: ...}
-
-The pod is built by `kubernetes_pod.build_pod` (which fields Cairn owns over the study's pod
-template is written there) and labelled with its launch (`cairn.launch` = a hash of the launch
-id; the id itself is the `cairn.launch-id` annotation), so a restarted launcher finds it by
-label. Its state comes from one watch per namespace, which wakes each pod's own loop; that
-loop also reads the pod every `poll_s`, so a watch that drops events costs latency, never a
-missed exit. A pod pending past its study's `pending_timeout` is deleted and ends with cause
-`unschedulable` and the reason `kubernetes_status.pending_reason` found. Cancel deletes the
-pod (the kubelet sends SIGTERM, SIGKILL after the grace period). When a pod ends, its log is
-copied to `worker.log` and its end to `.cairn/pod.json` in the worker's local folder, then the
-pod is deleted: the cluster keeps no finished pods, and a launcher that restarts after the
-deletion still knows how the worker ended.
+The pod (`kubernetes_pod.build_pod`) carries its launch as a label (`cairn.launch`, a hash)
+and an annotation (`cairn.launch-id`): a restarted launcher finds it by both. One watch per
+namespace wakes each pod's own loop, which also reads its pod every `poll_s`: a watch that
+drops events costs latency, never an exit. A pod pending past its `pending_timeout` is
+deleted and ends `unschedulable` with the reason `kubernetes_status.pending_reason` found;
+cancel and timeout delete the pod. An ended pod's log goes to `worker.log` and its end to
+`.cairn/pod.json`, then the pod is deleted: a launcher that restarts later still knows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
@@ -72,6 +66,8 @@ from cairn.spec.site import KubernetesCluster
 __all__ = ["RBAC_RULES", "KubernetesBackend"]
 
 ANNOTATION_PENDING = "cairn.pending-timeout-s"
+DEFAULT_PENDING_S = 600.0
+log = logging.getLogger("cairn.launcher.kubernetes")
 
 
 @dataclass
@@ -219,14 +215,21 @@ class KubernetesBackend:
             return handle
         namespace, _ = pod_location(handle)
         await self._pods.connect()
-        found = await self._pods.find(namespace,
-                                      f"{LABEL_LAUNCH}={launch_label(handle.launch_id)}")
+        try:
+            found = await self._pods.find(namespace,
+                                          f"{LABEL_LAUNCH}={launch_label(handle.launch_id)}")
+        except CairnError as exc:
+            # The API is not answering: watch it anyway; the watch decides once it answers
+            # (or reports the worker lost), rather than this launcher failing to start.
+            log.warning("cannot look for %s's pod yet: %s", handle.launch_id, exc)
+            self._start_watch(handle, DEFAULT_PENDING_S)
+            return handle
         pods = [p for p in found if owned_by(p, handle.launch_id)]
         if not pods:
             return await self._finish(self._new_watch(handle, 0.0), None)
         pod = pods[0]
         annotations = pod["metadata"].get("annotations") or {}
-        pending_s = float(annotations.get(ANNOTATION_PENDING) or 0) or 600.0
+        pending_s = float(annotations.get(ANNOTATION_PENDING) or 0) or DEFAULT_PENDING_S
         moved = msgspec.structs.replace(handle, native_id=f"{namespace}/{pod['metadata']['name']}")
         if has_ended(pod):
             return await self._finish(self._new_watch(moved, pending_s), pod)
