@@ -101,7 +101,7 @@ def test_job_request_and_job_submitted_share_their_fields() -> None:
 def test_the_committed_api_schemas_hold_every_verb() -> None:
     files = read_tree(REPO / "schemas")
     for cls in api.REQUEST_TYPES:
-        assert f"api/request.{str(cls.__struct_config__.tag)}.json" in files
+        assert f"api/request.{cls.__struct_config__.tag!s}.json" in files
     index = json.loads(files["index.json"])["api"]
     assert index["submit"]["subject"] == "cairn.api.study.{study}.submit"
 
