@@ -40,7 +40,7 @@ def kubeconfig(path: Path, url: str) -> Path:
     return path
 
 
-def federation(tmp_path: Path, url: str) -> EmbeddedFederation:
+def federation(tmp_path: Path, url: str, pending_timeout: str = "10m") -> EmbeddedFederation:
     make_federation(tmp_path)  # skips where there is no nats-server
     fed = EmbeddedFederation(
         dir=tmp_path / "fed", sites=("hub", "site-k"), heartbeat_s=0.2,
@@ -55,7 +55,7 @@ def federation(tmp_path: Path, url: str) -> EmbeddedFederation:
         "secret_env": {"DB_PASSWORD": {"source": "k8s:lung-db/password"}},
         "limits": {"cpus": 2, "memory": "1Gi", "concurrent_jobs": 2},
         "kubernetes": {"namespace": NS, "service_account": "cairn-worker",
-                       "pending_timeout": "10m"}}}}))
+                       "pending_timeout": pending_timeout}}}}))
     return fed
 
 
@@ -160,3 +160,36 @@ async def test_a_cancelled_job_deletes_its_pod(kmock: Any, tmp_path: Path) -> No
         fed.stop()
     assert final.state == "aborted", final
     assert [e.reason for e in exited] == ["cancelled"]
+
+
+async def test_a_pod_no_node_can_take_ends_the_worker_unschedulable(
+        kmock: Any, tmp_path: Path) -> None:
+    kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b""
+    url = str(kmock.url).rstrip("/")
+    fed, kubelet = federation(tmp_path, url, pending_timeout="2s"), Kubelet(url)
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        assert fed.nats is not None
+        client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
+                                              actor=DEFAULT_ADMIN))
+        try:
+            job = await client.submit_request(request())
+            name = (await kubelet.pod())["metadata"]["name"]
+            await kubelet.set_status(name, {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 Insufficient memory."}]})
+            final = await client.wait(job, timeout=WAIT_S)
+            assert await kubelet.gone(name)
+        finally:
+            await client.close()
+        exited = [e for e in await study_events(fed, job=job) if isinstance(e, ev.WorkerExited)]
+    finally:
+        fed.stop()
+    assert final.state == "failed", final
+    # What `cairn job show` tells the user: which worker, and the cluster's own reason.
+    assert final.workers["site-k/client/0"].cause == "unschedulable"
+    assert "insufficient resources: 0/3 nodes are available: 3 Insufficient memory" in (
+        final.message)
+    assert [(e.exit_code, e.reason) for e in exited] == [(None, "unschedulable")]
+    assert "insufficient resources: 0/3 nodes are available" in exited[0].message
