@@ -3,8 +3,8 @@ job submitted from the host runs through it, and `down -v` leaves nothing behind
 
 Debian's `docker-compose` (1.29) runs docker-compose.yml with docker-compose.test.yml (the
 locally built NATS image; an OTLP receiver in place of Jaeger) against the private engine of
-tests/fixtures/docker.py. Ports are free ones of this host (every service uses the host's
-network), so the sites' files are copied from deploy/compose/ with their NATS port changed.
+tests/fixtures/docker.py, through tests/fixtures/compose.py (free ports; the sites' files
+copied from deploy/compose/ with only their NATS port changed).
 """
 
 from __future__ import annotations
@@ -12,87 +12,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.compose import (
+    COMPOSE_HINT,
+    SERVICES,
+    SITES,
+    ComposeProject,
+    prepare,
+    wait_healthy,
+)
 from tests.fixtures.docker import REPO, DockerEngine, build_image
 
-COMPOSE_HINT = "apt-get install -y --no-install-recommends docker-compose"
-SERVICES = ("nats", "jaeger", "coordinator", "hub", "site-a", "site-b")
-SITES = ("hub", "site-a", "site-b")
 UP_TIMEOUT_S = 240.0
-HEALTHY_TIMEOUT_S = 180.0
 JOB_TIMEOUT_S = 240.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class ComposeProject:
-    """One `docker-compose -p NAME -f docker-compose.yml -f docker-compose.test.yml`."""
-
-    name: str
-    env: dict[str, str]
-    nats_url: str
-
-    def run(self, *args: str, timeout: float = 120.0, check: bool = True
-            ) -> subprocess.CompletedProcess[str]:
-        cmd = ["docker-compose", "-p", self.name, "-f", str(REPO / "docker-compose.yml"),
-               "-f", str(REPO / "docker-compose.test.yml"), *args]
-        done = subprocess.run(cmd, env=self.env, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout, check=False)
-        if check and done.returncode != 0:
-            raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}:\n"
-                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{self.logs()}")
-        return done
-
-    def docker(self, *args: str, timeout: float = 60.0) -> str:
-        return subprocess.run(["docker", *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=True).stdout
-
-    def container(self, service: str) -> str:
-        return self.run("ps", "-q", service).stdout.strip()
-
-    def health(self) -> dict[str, str]:
-        """Service -> its container's health status ("healthy", "starting", ... or the
-        container state for one without a health check)."""
-        states = {}
-        for service in SERVICES:
-            cid = self.container(service)
-            if not cid:
-                states[service] = "absent"
-                continue
-            fmt = "{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}"
-            states[service] = self.docker("inspect", "-f", fmt, cid).strip()
-        return states
-
-    def logs(self) -> str:
-        done = subprocess.run(["docker-compose", "-p", self.name, "-f",
-                               str(REPO / "docker-compose.yml"), "-f",
-                               str(REPO / "docker-compose.test.yml"), "logs", "--tail", "15"],
-                              env=self.env, cwd=REPO, capture_output=True, text=True,
-                              timeout=60, check=False)
-        return done.stdout[-6000:]
-
-    def leftovers(self) -> dict[str, list[str]]:
-        """Containers, networks and volumes still labelled with this project."""
-        label = f"label=com.docker.compose.project={self.name}"
-        return {kind: self.docker(*cmd, "--filter", label).split()
-                for kind, cmd in (("containers", ("ps", "-aq")),
-                                  ("networks", ("network", "ls", "-q")),
-                                  ("volumes", ("volume", "ls", "-q")))}
 
 
 @pytest.fixture
@@ -104,35 +43,11 @@ def compose(dockerd: DockerEngine, tmp_path: Path) -> Iterator[ComposeProject]:
     images = tmp_path / "images"
     cairn_image = build_image(dockerd, "cairn", images)
     nats_image = build_image(dockerd, "nats", images)
-    nats_port, monitor_port, otlp_port = _free_port(), _free_port(), _free_port()
-    config = tmp_path / "config"
-    shutil.copytree(REPO / "deploy" / "compose", config)
-    for site in SITES:
-        site_yaml = config / "sites" / site / "site.yaml"
-        text = site_yaml.read_text()
-        assert "nats://127.0.0.1:4222" in text
-        site_yaml.write_text(text.replace("127.0.0.1:4222", f"127.0.0.1:{nats_port}"))
-    env = {**dockerd.env, "CAIRN_IMAGE": cairn_image.tag, "CAIRN_NATS_IMAGE": nats_image.tag,
-           "CAIRN_CONFIG": str(config), "CAIRN_NATS_PORT": str(nats_port),
-           "CAIRN_NATS_MONITOR_PORT": str(monitor_port), "CAIRN_OTLP_PORT": str(otlp_port)}
-    project = ComposeProject(name=f"cairn-test-{os.getpid()}", env=env,
-                             nats_url=f"nats://127.0.0.1:{nats_port}")
+    project = prepare(dockerd, tmp_path, cairn_image.tag, nats_image.tag)
     try:
         yield project
     finally:
         project.run("down", "-v", "--timeout", "10", timeout=180, check=False)
-
-
-def wait_healthy(project: ComposeProject) -> dict[str, str]:
-    deadline = time.monotonic() + HEALTHY_TIMEOUT_S
-    while True:
-        states = project.health()
-        if all(state == "healthy" for state in states.values()):
-            return states
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not healthy after {HEALTHY_TIMEOUT_S:g}s: {states}\n"
-                                 f"{project.logs()}")
-        time.sleep(1.0)
 
 
 def put_fedavg_data(project: ComposeProject, tmp_path: Path) -> None:
@@ -157,6 +72,20 @@ def cairn_cli(project: ComposeProject, tmp_path: Path, *args: str) -> dict[str, 
     assert done.returncode == 0, f"cairn {' '.join(args)}: {done.stderr}\n{project.logs()}"
     result: dict[str, object] = json.loads(done.stdout)
     return result
+
+
+def all_exited(project: ComposeProject, tmp_path: Path, job: str,
+               timeout: float = 60.0) -> dict[str, dict[str, object]]:
+    """The job's workers once every one of them has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = cairn_cli(project, tmp_path, "job", "show", job)["workers"]
+        assert isinstance(workers, dict)
+        if all(w["state"] == "exited" for w in workers.values()):
+            return workers
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not every worker of {job} exited: {json.dumps(workers)}")
+        time.sleep(0.5)
 
 
 def job_trace(project: ComposeProject, job: str, timeout: float = 60.0) -> list[str]:
@@ -190,13 +119,12 @@ def test_compose_runs_fedavg_submitted_from_the_host_and_down_leaves_nothing(
                       str(REPO / "examples" / "fedavg" / "job.yaml"), "--watch",
                       "--timeout", str(JOB_TIMEOUT_S))
     assert final["state"] == "completed", final
-    workers = final["workers"]
-    assert isinstance(workers, dict)
+    # The job completes with its server; the clients' exits are reported just after.
+    workers = all_exited(compose, tmp_path, str(final["job"]))
     # The server at the hub and a client at each site, each in its site's container.
     assert sorted((w["site"], w["role"]) for w in workers.values()) == [
         ("hub", "server"), ("site-a", "client"), ("site-b", "client")], workers
-    assert all(w["state"] == "exited" and w["exit_code"] == 0 for w in workers.values()), \
-        json.dumps(workers)
+    assert all(w["exit_code"] == 0 for w in workers.values()), json.dumps(workers)
     for worker in workers.values():
         if worker["role"] == "client":
             # The 2000 training points the site's own volume holds (put_fedavg_data).
