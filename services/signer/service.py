@@ -18,14 +18,14 @@ list; submissions from untrusted keys are stored but never count).
 
 from __future__ import annotations
 
-import json
+import base64
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cairn import subjects
-from cairn.errors import InvalidInput, Unavailable
+from cairn import api, subjects
+from cairn.errors import InvalidInput, NotFound, Unavailable
 from cairn.events import FEDERATION_DECODER, ValidationCompleted
 from cairn.evidence.bundle import build_bundle, unpack
 from cairn.evidence.keys import SigningKey, create_key_files, key_paths, load_signing_key
@@ -34,6 +34,7 @@ from cairn.evidence.trust import TrustList, load_trust
 from cairn.evidence.verify import verify_bundle
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.signer.runs import SIGNED_STATUSES, judged_snapshot, outcome_of, run_events
+from cairn.subjects import ApiAddress
 
 log = logging.getLogger("cairn.signer")
 SUBMIT_VERB = "evidence-submit"
@@ -89,7 +90,7 @@ class SignerService:
         await rt.consume(stream=subjects.FEDERATION_STREAM.name, durable="signer",
                          filters=[f"{subjects.ROOT}.validation.*.*.completed"],
                          decoder=FEDERATION_DECODER, handler=self._on_completed)
-        await rt.serve(subjects.api_validation(SUBMIT_VERB), self._on_submit, queue="signer")
+        await rt.serve_api(subjects.api_validation(SUBMIT_VERB), self._on_submit, queue="signer")
         self._ready = True
         log.info("signer ready: keys %s", ", ".join(k.key_id[:12] for k in self.keys))
 
@@ -112,9 +113,18 @@ class SignerService:
         log.info("evidence %s for %s/%s (%s): %s", recorded.bundle[:12], event.site,
                  event.recipe, event.run, recorded.result)
 
-    async def _on_submit(self, msg: Any) -> bytes:
+    async def _on_submit(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
         assert self.rt is not None
-        files = unpack(bytes(msg.data or b""), source="submitted bundle")
+        match envelope.request:
+            case api.EvidenceSubmit(bundle_b64=data):
+                pass
+            case other:
+                raise NotFound(f"the signer does not serve {api.verb_of(other)!r}")
+        try:
+            packed = base64.b64decode(data, validate=True)
+        except ValueError:
+            raise InvalidInput("bundle_b64 is not base64", field="bundle_b64") from None
+        files = unpack(packed, source="submitted bundle")
         result = verify_bundle(files, self.trust, now=datetime.now(UTC))
         broken = [c for c in result.failed() if c.name in INTEGRITY_CHECKS]
         if broken:
@@ -123,7 +133,7 @@ class SignerService:
         recorded = await publish_bundle(self.rt.bus, files, source=self.source,
                                         origin="submitted")
         self.submitted += 1
-        answer = {"bundle": recorded.bundle, "site": recorded.site, "recipe": recorded.recipe,
-                  "result": recorded.result, "trusted": result.check("signature").passed,
-                  "signature": result.check("signature").message}
-        return json.dumps({"ok": True, "result": answer}).encode()
+        signature = result.check("signature")
+        return api.EvidenceAccepted(bundle=recorded.bundle, site=recorded.site,
+                                    recipe=recorded.recipe, result=recorded.result,
+                                    trusted=signature.passed, signature=signature.message)

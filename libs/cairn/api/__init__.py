@@ -18,6 +18,7 @@ from cairn.api.envelope import (
 from cairn.api.replies import (
     CancelAccepted,
     ErrorBody,
+    EvidenceAccepted,
     FederationInfo,
     FederationResult,
     JobResult,
@@ -36,6 +37,7 @@ from cairn.api.replies import (
 )
 from cairn.api.requests import (
     REQUEST_TYPES,
+    EvidenceSubmit,
     FederationShow,
     JobCancel,
     JobList,
@@ -61,6 +63,7 @@ from cairn.api.requests import (
 
 __all__ = [
     "MAX_REQUEST_BYTES", "REQUEST_TYPES", "CancelAccepted", "Envelope", "ErrorBody",
+    "EvidenceAccepted", "EvidenceSubmit",
     "FederationInfo", "FederationResult", "FederationShow", "JobCancel", "JobList",
     "JobRequest", "JobResult", "JobShow", "JobsResult", "LogData", "LogRead", "Reply",
     "Request", "Result", "SiteInfo", "SiteList", "SiteResult", "SitesResult", "SnapshotNow",

@@ -104,9 +104,22 @@ class ValidationAccepted(_Result, tag="validation", frozen=True, kw_only=True):
     actor: str | None = None
 
 
+class EvidenceAccepted(_Result, tag="evidence", frozen=True, kw_only=True):
+    """A submitted bundle was stored: its object name, what it is about, whether its signer is
+    trusted here."""
+
+    bundle: str
+    site: str
+    recipe: str
+    result: str
+    trusted: bool
+    signature: str = ""
+
+
 Result = (
     StudyResult | StudiesResult | SitesResult | SiteResult | FederationResult | JobsResult
     | JobResult | Submitted | CancelAccepted | SnapshotTaken | LogData | ValidationAccepted
+    | EvidenceAccepted
 )
 """Every result, one tagged union."""
 

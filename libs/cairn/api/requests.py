@@ -5,7 +5,7 @@ The tag is the verb, the last token of the subject the request is sent on:
     cairn.api.fed.<verb>              StudyCreate, StudyList, SiteList, FederationShow
     cairn.api.study.<study>.<verb>    StudyShow ... JobCancel, StudySites, StudySite
     cairn.api.site.<site>.<verb>      SnapshotNow (snapshotter), LogRead (launcher)
-    cairn.api.validation.<verb>       ValidationRun (validator)
+    cairn.api.validation.<verb>       ValidationRun (validator), EvidenceSubmit (signer)
 
 Adding a verb is adding its Struct to `Request` and its `case` to the service's handler.
 """
@@ -176,11 +176,18 @@ class ValidationRun(_Request, tag="run", frozen=True, kw_only=True):
     fresh: bool = True
 
 
+class EvidenceSubmit(_Request, tag="evidence-submit", frozen=True, kw_only=True):
+    """Hand a signed evidence bundle (a packed tarball, base64) to the signer to store."""
+
+    SCOPE = "validation"
+    bundle_b64: str
+
+
 Request = (
     StudyCreate | StudyList | SiteList | FederationShow
     | StudyShow | StudyAddSite | StudyRemoveSite | StudyAddAdmin | StudyRemoveAdmin
     | Submit | JobList | JobShow | JobCancel | StudySites | StudySite
-    | SnapshotNow | LogRead | ValidationRun
+    | SnapshotNow | LogRead | ValidationRun | EvidenceSubmit
 )
 """Every request, one tagged union (`type` is the verb)."""
 

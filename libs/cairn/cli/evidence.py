@@ -3,8 +3,6 @@ makes eligible, hand in a bundle validated elsewhere."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,18 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
-from cairn import subjects
-from cairn.bus import Bus
 from cairn.cli.output import emit, output_option, print_table
 from cairn.cli.session import run
-from cairn.errors import CairnError, InvalidInput, NotFound, Unavailable, from_dict
+from cairn.client import Client
+from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.evidence.bundle import BundleFiles, pack, read_bundle
 from cairn.evidence.dashboard import RecipeEvidence, catalog_bundles, recipe_evidence
 from cairn.evidence.eligibility import Eligibility
-from cairn.evidence.receipts import job_receipts
-from cairn.evidence.status import eligibility
-from cairn.evidence.store import fetch_bundle, latest, recorded
 from cairn.evidence.trust import TrustList, load_trust
 from cairn.evidence.verify import Verification, verify_bundle
 from cairn.names import check_name
@@ -37,21 +32,10 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 @asynccontextmanager
-async def connected() -> AsyncIterator[Bus]:
-    """The bus of the context file (or $CAIRN_NATS_URL), bounded in time."""
-    ctx = context_file.load()
-    assert ctx is not None  # load raises when there is no context
-    try:
-        bus = await asyncio.wait_for(
-            Bus.connect(ctx.nats_url, name="cairn-evidence", creds=ctx.creds,
-                        tls=context_file.tls_context(ctx.tls_ca, ctx.tls_cert, ctx.tls_key),
-                        connect_timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S + 1.0)
-    except TimeoutError:
-        raise Unavailable(f"cannot reach NATS at {ctx.nats_url}: is the federation up?") from None
-    try:
-        yield bus
-    finally:
-        await bus.close()
+async def connected() -> AsyncIterator[Client]:
+    """A client session of the context file (or $CAIRN_NATS_URL), bounded in time."""
+    async with await Client.connect() as client:
+        yield client
 
 
 @click.group(help="Verify signed evidence, show eligibility, submit bundles.")
@@ -148,11 +132,8 @@ def verify(bundle: Path | None, site: str | None, recipe: str | None, max_age: s
 
 
 async def _fetch_latest(site: str, recipe: str) -> BundleFiles:
-    async with connected() as bus:
-        found = await latest(bus, site, recipe)
-        if found is None:
-            raise NotFound(f"no evidence for {recipe} from {site}")
-        return await fetch_bundle(bus, found.bundle)
+    async with connected() as client:
+        return await client.evidence.latest(site, recipe)
 
 
 def _print_verification(result: Verification) -> None:
@@ -195,8 +176,8 @@ def status(site: str | None, recipe: str | None, max_age: str, trust: Path | Non
     recipe = check_name(recipe, "recipe") if recipe else None
 
     async def body() -> list[Eligibility]:
-        async with connected() as bus:
-            return await eligibility(bus, trust_list, now=datetime.now(UTC),
+        async with connected() as client:
+            return await client.evidence.eligibility(trust_list, now=datetime.now(UTC),
                                      max_age=age, site=site, recipe=recipe)
 
     verdicts = run(body())
@@ -232,14 +213,9 @@ def submit(bundle: Path, output: str) -> None:
     packed = pack(read_bundle(bundle))
 
     async def body() -> dict[str, Any]:
-        async with connected() as bus:
-            reply = await bus.request(subjects.api_validation("evidence-submit"),
-                                             packed, timeout=SUBMIT_TIMEOUT_S)
-        data = json.loads(reply)
-        if not data.get("ok"):
-            raise from_dict(data.get("error") or {})
-        answer: dict[str, Any] = data["result"]
-        return answer
+        async with connected() as client:
+            accepted = await client.evidence.submit(packed)
+        return msgspec.to_builtins(accepted)  # type: ignore[no-any-return]
 
     answer = run(body())
     emit(answer, output, lambda a: click.echo(
@@ -260,9 +236,8 @@ def recipe_evidence_for(recipe: str, resolved: dict[str, Any], catalog_root: Pat
 
 
 async def _federation_bundles(recipe: str) -> list[tuple[str, BundleFiles]]:
-    async with connected() as bus:
-        return [(f"evidence/{e.bundle}", await fetch_bundle(bus, e.bundle))
-                for e in await recorded(bus, recipe=recipe)]
+    async with connected() as client:
+        return await client.evidence.bundles(recipe)
 
 
 def print_recipe_evidence(found: dict[str, Any]) -> None:
@@ -299,9 +274,9 @@ def receipts(job: str, study: str, trust: Path | None, revoked: Path | None,
              output: str) -> None:
     trust_list = load_trust_option(trust, revoked)
     async def body() -> list[dict[str, Any]]:
-        async with connected() as bus:
-            return await job_receipts(bus, check_name(study, "study"), check_name(job, "job"),
-                                      trust_list)
+        async with connected() as client:
+            return await client.evidence.receipts(check_name(study, "study"),
+                                                  check_name(job, "job"), trust_list)
 
     rows = run(body())
     emit(rows, output, lambda shown: print_table(

@@ -46,6 +46,7 @@ from cairn.state.view import StudyView, fold
 from cairn.trust.requests import RequestSigner
 
 if TYPE_CHECKING:
+    from cairn.client.evidence import EvidenceClient
     from cairn.client.validation import ValidationResult
     from cairn.snapshot.model import Snapshot
 
@@ -363,6 +364,13 @@ class Client:
         accepted = _expect(await self.call(subjects.api_validation("run"), request),
                            api.ValidationAccepted)
         return await validate(self._bus, accepted, since, timeout=timeout, out=out)
+
+    @property
+    def evidence(self) -> EvidenceClient:
+        """Evidence verbs: latest bundle, a recipe's bundles, eligibility, submit, receipts."""
+        from cairn.client.evidence import EvidenceClient
+
+        return EvidenceClient(self._bus, self.call)
 
     # -- the study stream -----------------------------------------------------------------
 
