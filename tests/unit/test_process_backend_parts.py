@@ -59,7 +59,7 @@ def test_load_backend_by_name(tmp_path: Path) -> None:
     ("name", "options", "says"),
     [
         ("podman", {}, "unknown backend 'podman'"),
-        ("slurm", {}, "not available in this build"),
+        ("slurm", {}, "bad options for backend .slurm.: .*workdir"),
         ("process", {"workdir": "/x", "colour": "red"}, "bad options"),
         ("process", {"workdir": "/x", "memory_limit": "magic"}, "memory_limit 'magic'"),
     ],
