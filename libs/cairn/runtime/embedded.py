@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from typing import TYPE_CHECKING
 
 import yaml
@@ -55,6 +56,8 @@ class EmbeddedFederation:
     """`-O key=value` options for every site process (agent, launcher, snapshotter)."""
     backends: dict[str, str] = field(default_factory=dict)
     """Site -> launcher backend in its site.yaml; `process` for every site not named."""
+    site_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Site -> more site.yaml keys (a backend's section, e.g. `slurm: {driver: rest, ...}`)."""
     nats: NatsServer | None = None
     processes: list[Process] = field(default_factory=list)
     secure: bool = False
@@ -124,6 +127,7 @@ class EmbeddedFederation:
                    "inventory": {"gpus": 0, "cpus": cpus * 2, "memory": "8Gi"},
                    "workdir": str((sdir / "work").resolve()),
                    "runtime": "local/study_runtime.yaml"}
+            cfg.update(self.site_settings.get(site, {}))
             (sdir / "site.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
             runtime = sdir / "local" / "study_runtime.yaml"
             if not runtime.exists():
