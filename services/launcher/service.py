@@ -199,6 +199,7 @@ class LauncherService:
                 req, self.backend.name, frozenset(capability_names(self.backend.capabilities)))
             if why is not None:
                 raise InvalidInput(why, field="gpus")
+            await self._guard(req)
             spec = await self._spec(req)
             handle = await self.backend.launch(spec)
         except CairnError as exc:
@@ -246,6 +247,23 @@ class LauncherService:
             memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
             image=req.image or "", platform=dict(req.platform or {}),
             gpus_requested=req.resources.gpus)
+
+    async def _guard(self, req: LaunchRequested) -> None:
+        """Defence in depth: only what this site's study_runtime.yaml gives the study, and
+        only the worker the coordinator asked for (see `cairn.trust.launchguard`)."""
+        from cairn.bus import replay
+        from cairn.events import STUDY_DECODER, DeployCommand
+        from cairn.spec.runtime import load_study_runtime
+        from cairn.trust import launchguard
+
+        launchguard.check_against_runtime(req, load_study_runtime(self.site_cfg.runtime))
+        deploy = None
+        study = req.study or ""
+        async for item in replay(self.bus, subjects.study_stream(study).name, STUDY_DECODER,
+                                 filters=[subjects.site_cmd(study, self.site, "deploy")]):
+            if isinstance(item.event, DeployCommand) and launchguard.matches(item.event, req):
+                deploy = item.event
+        launchguard.check_against_deploy(req, deploy)
 
     def _worker_creds(self, req: LaunchRequested) -> dict[str, str]:
         """In a secure federation, the worker's job-lifetime credential (secret files)."""

@@ -1,0 +1,83 @@
+"""Defence in depth at the launcher: a launch request that names a host path, a secret
+source or an entrypoint the site did not accept is refused, even when it arrives on the
+launch subject from an authenticated identity (here the hub, which the broker lets write
+there), and nothing runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cairn import subjects
+from cairn.bus import replay
+from cairn.events import STUDY_DECODER, DatasetMount, LaunchRequested, WorkerExited
+from cairn.runtime.embedded import EmbeddedFederation
+from tests.fixtures.federation import make_federation
+
+
+@pytest.fixture
+async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
+    fed = make_federation(tmp_path)
+    fed.secure = True
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        yield fed
+    finally:
+        fed.stop()
+
+
+def _forged(n: int, marker: Path, **changes: object) -> LaunchRequested:
+    job = f"j-forged{n}"
+    fields: dict[str, object] = {
+        "id": f"forged-{n}", "at": "2026-01-01T00:00:00Z", "study": "demo",
+        "source": "agent@site-a", "launch_id": f"{job}/site-a/client/0/0", "job": job,
+        "site": "site-a", "role": "client", "entrypoint": f"touch {marker}"}
+    fields.update(changes)
+    import msgspec
+
+    return msgspec.convert(fields, LaunchRequested)
+
+
+async def _exit_of(fed: EmbeddedFederation, launch_id: str, timeout: float = 30) -> WorkerExited:
+    bus = await fed.bus()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            async for item in replay(bus, subjects.study_stream("demo").name, STUDY_DECODER,
+                                     filters=[subjects.site_job_events("demo", "site-a",
+                                                                       "exited")]):
+                if isinstance(item.event, WorkerExited) and item.event.launch_id == launch_id:
+                    return item.event
+            await asyncio.sleep(0.1)
+    finally:
+        await bus.close()
+    raise AssertionError(f"no worker.exited for {launch_id}")
+
+
+@pytest.mark.parametrize("change", [
+    {},  # an entrypoint no deploy command asked for
+    {"datasets": {"shared": DatasetMount(source="/", mode="rw")}},
+    {"secret_refs": {"TOKEN": "file:/etc/shadow"}},
+    {"study": "validation"},
+], ids=["entrypoint", "host-path", "secret-source", "other-study-runtime"])
+async def test_a_launch_the_site_did_not_accept_is_refused(
+        secure_fed: EmbeddedFederation, tmp_path: Path, change: dict[str, object]) -> None:
+    marker = tmp_path / "pwned"
+    forged = _forged(1, marker, **change)
+    bus = await secure_fed.bus()
+    try:
+        await bus.publish(forged)
+    finally:
+        await bus.close()
+    if forged.study != "demo":
+        await asyncio.sleep(2)  # refused too; its exit is reported in its own study
+        assert not marker.exists()
+        return
+    exited = await _exit_of(secure_fed, forged.launch_id)
+    assert exited.reason == "launch-failed", exited
+    assert not marker.exists(), "the forged command ran"
