@@ -30,10 +30,13 @@ from cairn.launcher.backends import (  # noqa: E402
     WorkerExit,
     load_backend,
 )
+from cairn.launcher.backends.base import allocation_env  # noqa: E402
 from cairn.launcher.backends.kubernetes import RBAC_RULES, KubernetesBackend  # noqa: E402
 from cairn.launcher.backends.kubernetes_pod import launch_label  # noqa: E402
 from cairn.spec.runtime import KubernetesSettings, Toleration  # noqa: E402
 from cairn.spec.site import KubernetesCluster  # noqa: E402
+from cairn.worker.allocation import ENV as ALLOCATION_ENV  # noqa: E402
+from cairn.worker.allocation import MISMATCH_EXIT, REPORT  # noqa: E402
 
 PODS = kmock.resource("", "v1", "pods")
 EVENTS = kmock.resource("", "v1", "events")
@@ -187,7 +190,10 @@ async def test_the_pod_is_exactly_what_the_study_asks_and_passes_the_schema(
                 {"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "TZ", "value": "UTC"},
                 {"name": "CAIRN_JOB", "value": "j-abc"}, {"name": "CAIRN_SITE", "value": "site-k"},
                 {"name": "CAIRN_WORKDIR", "value": "/cairn/work"},
-                {"name": "CAIRN_DATA", "value": "/cairn/data"}],
+                {"name": "CAIRN_DATA", "value": "/cairn/data"},
+                # The allocation the worker proves: 2 GPUs (the device plugin picks which).
+                {"name": ALLOCATION_ENV, "value": allocation_env(spec, [], gpu_ids=[])[
+                    ALLOCATION_ENV]}],
         "resources": {"requests": quantities, "limits": quantities},
         "volumeMounts": [
             {"name": "cairn-work", "mountPath": "/cairn/work",
@@ -490,3 +496,27 @@ async def test_a_launcher_that_restarts_while_the_api_is_down_still_starts(
     finally:
         await second.close()
     assert (result.exit_code, result.cause) == (0, None)
+
+
+async def test_a_worker_handed_more_gpus_than_asked_ends_allocation_mismatch(
+        cluster: Cluster, tmp_path: Path) -> None:
+    backend = make_backend(cluster, tmp_path, claim="cairn-work")
+    try:
+        handle = await backend.launch(make_spec(tmp_path, gpus=["0"]))
+        pod = await cluster.pod()
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert ALLOCATION_ENV in env
+        # The worker (in /cairn/work: this folder, through the claim) found 2 GPUs for 1
+        # asked, wrote its report and ended with the SDK's mismatch exit.
+        report = Path(handle.workdir) / REPORT
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({"ok": False, "problems": [
+            "asked for 1 GPU, can use 2: GPU-aaaa, GPU-bbbb"]}))
+        await cluster.set_status(handle.native_id.split("/")[1], {
+            "phase": "Failed", "containerStatuses": [{"name": "worker", "state": {
+                "terminated": {"exitCode": MISMATCH_EXIT, "reason": "Error"}}}]})
+        result = await ended(backend, handle)
+    finally:
+        await backend.close()
+    assert (result.exit_code, result.cause) == (MISMATCH_EXIT, "allocation-mismatch")
+    assert "asked for 1 GPU, can use 2" in result.message

@@ -30,6 +30,7 @@ from cairn.launcher.backends._workdir import (
     LOG_NAME,
     dir_name,
     prepare_workdir,
+    read_allocation_mismatch,
     read_chunk,
     split_entrypoint,
 )
@@ -37,9 +38,9 @@ from cairn.launcher.backends.base import Capability, LaunchHandle, LaunchSpec, W
 from cairn.launcher.backends.errors import LaunchFailed
 from cairn.launcher.backends.kubernetes_api import RBAC_RULES, PodApi
 from cairn.launcher.backends.kubernetes_files import (
-    has_code,
     read_record,
     read_template,
+    refuse_unrunnable,
     settings_of,
     write_record,
 )
@@ -59,9 +60,11 @@ from cairn.launcher.backends.kubernetes_status import (
     is_running,
     outcome,
     pending_reason,
+    stopped_by_us,
 )
 from cairn.launcher.backends.kubernetes_watch import NamespaceWatch
 from cairn.spec.site import KubernetesCluster
+from cairn.worker.allocation import MISMATCH_EXIT
 
 __all__ = ["RBAC_RULES", "KubernetesBackend"]
 
@@ -126,27 +129,12 @@ class KubernetesBackend:
             Conflict: this launch's pod exists (reattach instead).
             LaunchFailed: the pod template is unreadable; the API refused the pod.
         """
-        if not spec.image:
-            raise InvalidInput("the kubernetes backend needs an image: set images.default for "
-                               "the study in study_runtime.yaml, or image in the job spec",
-                               field="image")
-        if spec.secret_env:
-            # Values, not references: a study's env:/file: sources, or a secure federation's
-            # worker credential. Copying them into the cluster would need rights on Secrets.
-            raise InvalidInput("on Kubernetes a secret reaches a pod only as a mounted "
-                               f"Kubernetes Secret, and {', '.join(sorted(spec.secret_env))} "
-                               "came as values, which this backend does not copy into the "
-                               "cluster: give study secrets a source k8s:<secret>/<key> in "
-                               "study_runtime.yaml", field="secret_env")
+        await asyncio.to_thread(refuse_unrunnable, spec, self.cluster)
         argv = split_entrypoint(spec.entrypoint)
         settings = settings_of(spec.platform)
         await self._pods.connect()
         namespace = settings.namespace or self.cluster.namespace
         template = await asyncio.to_thread(read_template, settings.pod_template)
-        if not self.cluster.workdir_claim and await asyncio.to_thread(has_code, spec.code_dir):
-            raise InvalidInput("this job has code, and a pod sees the launcher's files only "
-                               "through a shared volume: set kubernetes.workdir_claim in "
-                               "site.yaml", field="kubernetes.workdir_claim")
         pod = build_pod(spec, argv, settings=settings, cluster=self.cluster,
                         namespace=namespace, work_subpath=f"workers/{dir_name(spec.launch_id)}",
                         template=template, grace_s=self.grace_s)
@@ -351,6 +339,12 @@ class KubernetesBackend:
         if pod is not None:
             await self._save_log(watch)
             code, cause, message = outcome(pod)
+            if code == MISMATCH_EXIT:
+                # The worker's report is in its folder, which the launcher sees through the
+                # site's workdir_claim (without one, exit 78 stays a crash).
+                found = await asyncio.to_thread(read_allocation_mismatch, handle.workdir)
+                if found is not None:
+                    cause, message = "allocation-mismatch", f"ended before its code ran: {found}"
         else:
             kept = await asyncio.to_thread(read_record, handle.workdir)
             if kept is not None and not (watch.cancelled or watch.timed_out):
@@ -359,11 +353,8 @@ class KubernetesBackend:
                 return kept
             code, cause = None, "infrastructure"
             message = "its pod is gone: deleted by someone else, or while the launcher was down"
-        if watch.timed_out and code != 0:
-            cause, message = "timeout", (f"ran past its timeout of {handle.timeout_s:g} s and "
-                                         "its pod was deleted")
-        elif watch.cancelled and code != 0:
-            cause, message = "cancelled", "cancelled; its pod was deleted"
+        cause, message = stopped_by_us(code, cause, message, cancelled=watch.cancelled,
+                                       timed_out=watch.timed_out, timeout_s=handle.timeout_s)
         ended = WorkerExit(launch_id=handle.launch_id, exit_code=code, cause=cause,
                            message=message, ended_at=now)
         ended = await self._record(watch, ended)

@@ -11,10 +11,11 @@ import msgspec
 
 from cairn.errors import InvalidInput
 from cairn.launcher.backends._workdir import CONTROL_DIR
-from cairn.launcher.backends.base import WorkerExit
+from cairn.launcher.backends.base import LaunchSpec, WorkerExit
 from cairn.launcher.backends.errors import LaunchFailed
 from cairn.spec.duration import parse_duration
 from cairn.spec.runtime import KubernetesSettings
+from cairn.spec.site import KubernetesCluster
 from cairn.yamlfile import parse, read_text
 
 RECORD = "pod.json"
@@ -44,6 +45,34 @@ def read_template(path: str | None) -> dict[str, Any] | None:
         raise LaunchFailed("a pod template is a Pod manifest (kind: Pod, with a spec)",
                            file=path)
     return data
+
+
+def refuse_unrunnable(spec: LaunchSpec, cluster: KubernetesCluster) -> None:
+    """Refuse, before anything is made, a launch no pod of this site can run.
+
+    Raises:
+        InvalidInput: no image; secret values (not references); a job with code on a site
+            without a `workdir_claim`; several nodes.
+    """
+    if not spec.image:
+        raise InvalidInput("the kubernetes backend needs an image: set images.default for "
+                           "the study in study_runtime.yaml, or image in the job spec",
+                           field="image")
+    if spec.secret_env:
+        # Values, not references: a study's env:/file: sources, or a secure federation's
+        # worker credential. Copying them into the cluster would need rights on Secrets.
+        raise InvalidInput("on Kubernetes a secret reaches a pod only as a mounted "
+                           f"Kubernetes Secret, and {', '.join(sorted(spec.secret_env))} "
+                           "came as values, which this backend does not copy into the "
+                           "cluster: give study secrets a source k8s:<secret>/<key> in "
+                           "study_runtime.yaml", field="secret_env")
+    if spec.nodes > 1:
+        raise InvalidInput(f"the kubernetes backend runs a worker as one pod, not across "
+                           f"{spec.nodes} nodes", field="nodes")
+    if not cluster.workdir_claim and has_code(spec.code_dir):
+        raise InvalidInput("this job has code, and a pod sees the launcher's files only "
+                           "through a shared volume: set kubernetes.workdir_claim in "
+                           "site.yaml", field="kubernetes.workdir_claim")
 
 
 def has_code(code_dir: str) -> bool:

@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from cairn.errors import InvalidInput
-from cairn.launcher.backends.base import LaunchHandle, LaunchSpec
+from cairn.launcher.backends.base import LaunchHandle, LaunchSpec, allocation_env
 from cairn.spec.runtime import KubernetesSettings
 from cairn.spec.site import KubernetesCluster
 
@@ -100,7 +100,10 @@ def worker_env(spec: LaunchSpec) -> list[dict[str, str]]:
     env.update(spec.env)
     env["CAIRN_WORKDIR"] = WORKDIR
     env["CAIRN_DATA"] = DATA
-    if not spec.gpus:
+    # What the worker proves it got before the job's code runs. The device plugin picks the
+    # GPUs, so only their count is known here (as on Slurm); no CPU is pinned by id.
+    env.update(allocation_env(spec, [], gpu_ids=[]))
+    if not spec.gpus_asked:
         # With the NVIDIA runtime as a node's default, a container that asks for no GPU
         # still sees every GPU its image's NVIDIA_VISIBLE_DEVICES names (CUDA images say
         # "all"). With GPUs, the device plugin sets it to the granted ones.
@@ -159,8 +162,8 @@ def _resources(spec: LaunchSpec) -> dict[str, dict[str, str]]:
         amounts["cpu"] = quantity_cpu(spec.millicpus)
     if spec.memory_bytes:
         amounts["memory"] = str(spec.memory_bytes)
-    if spec.gpus:
-        amounts[GPU_RESOURCE] = str(len(spec.gpus))
+    if spec.gpus_asked:
+        amounts[GPU_RESOURCE] = str(spec.gpus_asked)
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 

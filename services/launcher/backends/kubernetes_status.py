@@ -130,3 +130,14 @@ def outcome(pod: dict[str, Any]) -> tuple[int | None, ExitCause | None, str]:
         return code, "crashed", how + detail
     return None, "infrastructure", (f"the pod failed without a worker exit: "
                                     f"{pod_reason or pod_message or 'no reason given'}")
+
+
+def stopped_by_us(code: int | None, cause: ExitCause | None, message: str, *, cancelled: bool,
+                  timed_out: bool, timeout_s: float | None) -> tuple[ExitCause | None, str]:
+    """The cause, where Cairn deleted the pod: a timeout or a cancel wins over how the pod
+    looked as it went (a clean exit stays clean)."""
+    if timed_out and code != 0:
+        return "timeout", f"ran past its timeout of {timeout_s or 0:g} s and its pod was deleted"
+    if cancelled and code != 0:
+        return "cancelled", "cancelled; its pod was deleted"
+    return cause, message
