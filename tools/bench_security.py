@@ -1,0 +1,164 @@
+"""Security benchmarks: what TLS and broker authorization cost on Cairn's own path, how fast
+signed requests verify, and `cairn up --check` / submit -> first line with security on.
+Run through `make bench` (tools/bench.py --only security)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cairn import api, subjects
+from cairn.bus import Bus
+from cairn.runtime import secure
+from cairn.runtime.context import tls_context
+from cairn.runtime.natsserver import NatsServer
+from cairn.trust.requests import RequestSigner, RequestVerifier
+
+FEDERATION = {"federation": "bench", "hub": "hub",
+              "sites": [{"name": "hub", "org": "coord"}, {"name": "site-a", "org": "org-a"}],
+              "admins": [{"name": "admin@coord", "org": "coord", "role": "project_admin"}],
+              "studies": {"demo": {"sites": ["hub", "site-a"], "admins": ["admin@coord"]}}}
+PAYLOAD = b'{"type":"deployment.accepted","pad":"' + b"x" * 200 + b'"}'
+
+
+async def _publish_rate(bus: Bus, n: int, pipelined: bool) -> float:
+    """Events per second stored by JetStream (with acks), as a site publishes them."""
+    subject = subjects.job_site("demo", "j-bench", "site-a", "accepted")
+    t0 = time.perf_counter()
+    if pipelined:
+        futures = [await bus.js.publish_async(subject, PAYLOAD, headers={"Nats-Msg-Id": f"p{i}"})
+                   for i in range(n)]
+        await asyncio.wait_for(bus.js.publish_async_completed(), 60)
+        assert all(f.done() for f in futures)
+    else:
+        for i in range(n):
+            await bus.publish_bytes(subject, PAYLOAD, msg_id=f"s{i}-{time.time_ns()}")
+    return n / (time.perf_counter() - t0)
+
+
+async def bus_throughput(n: int = 2000, rounds: int = 5) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        fed_file = root / "federation.yaml"
+        fed_file.write_text(yaml.safe_dump(FEDERATION))
+        plain = NatsServer(root / "plain").start()
+        locked = NatsServer(root / "secure")
+        trust = secure.prepare(locked, fed_file, root / "trust")
+        locked.start()
+        authority = secure.start_authority(trust, locked.url, fed_file, {}, root / "auth.log")
+        # TLS alone (no authorization), to tell what each layer costs.
+        tls_only = NatsServer(root / "tls")
+        conf = root / "tls.conf"
+        server = trust.dir / "server"
+        conf.write_text(f'listen: "127.0.0.1:{tls_only.port}"\nhttp: "127.0.0.1:'
+                        f'{tls_only.monitor_port}"\njetstream {{ store_dir: "{root / "tls"}" }}\n'
+                        f'tls {{ cert_file: "{server / "server.pem"}", key_file: '
+                        f'"{server / "server.key"}" }}\n')
+        tls_only.config_file = conf
+        tls_only.start()
+        try:
+            open_bus = await Bus.connect(plain.url, name="bench-plain")
+            await open_bus.ensure_study("demo")
+            tls_bus = await Bus.connect(tls_only.url, name="bench-tls",
+                                        tls=tls_context(str(trust.ca), None, None))
+            await tls_bus.ensure_study("demo")
+            site_bus = await Bus.connect(locked.url, name="bench-site",
+                                         creds=str(trust.creds("site-a")),
+                                         tls=tls_context(str(trust.ca), None, None))
+            rates: dict[str, list[float]] = {}
+            buses = {"plain": open_bus, "tls": tls_bus, "secure": site_bus}
+            for _ in range(rounds):  # interleaved, so load on the machine hits all alike
+                for name, bus in buses.items():
+                    rates.setdefault(f"{name}_acked", []).append(
+                        await _publish_rate(bus, n // 4, False))
+                    rates.setdefault(f"{name}_pipelined", []).append(
+                        await _publish_rate(bus, n, True))
+            for bus in buses.values():
+                await bus.close()
+        finally:
+            tls_only.stop()
+            authority.terminate()
+            authority.wait(10)
+            locked.stop()
+            plain.stop()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {
+        "js_publish_acked_per_s_plain": round(med["plain_acked"]),
+        "js_publish_acked_per_s_secure": round(med["secure_acked"]),
+        "js_publish_acked_ratio": round(med["secure_acked"] / med["plain_acked"], 3),
+        "js_publish_acked_ratio_tls_only": round(med["tls_acked"] / med["plain_acked"], 3),
+        "js_publish_pipelined_per_s_plain": round(med["plain_pipelined"]),
+        "js_publish_pipelined_per_s_secure": round(med["secure_pipelined"]),
+        "js_publish_pipelined_ratio": round(med["secure_pipelined"] / med["plain_pipelined"],
+                                            3),
+        "js_publish_pipelined_ratio_tls_only": round(med["tls_pipelined"] /
+                                                     med["plain_pipelined"], 3),
+    }
+
+
+def signed_requests(n: int = 2000) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        fed_file = Path(tmp) / "federation.yaml"
+        fed_file.write_text(yaml.safe_dump(FEDERATION))
+        from cairn.spec.federation import load_federation
+        from cairn.trust.provision import provision
+
+        out = Path(tmp) / "trust"
+        provision(load_federation(fed_file), out, url="tls://127.0.0.1:1",
+                  hosts=["127.0.0.1"], port=1)
+        signer = RequestSigner.from_creds(out / "kits" / "admin@coord" / "admin.creds")
+        verifier = RequestVerifier.from_kit(out / "kits" / "hub" / "hub.creds")
+        request = api.JobList()
+        t0 = time.perf_counter()
+        envelopes = [signer.sign_envelope(api.Envelope(request=request, actor="admin@coord",
+                                                       study="demo")) for _ in range(n)]
+        signed = n / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for env in envelopes:
+            verifier.verify_envelope(env, study="demo")
+        verified = n / (time.perf_counter() - t0)
+    return {"requests_signed_per_s": round(signed), "requests_verified_per_s": round(verified)}
+
+
+def up_check(insecure: bool, runs: int = 3) -> float:
+    healthy = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            args = [sys.executable, "-m", "cairn", "up", "--check", "--dir", str(Path(tmp) / "up")]
+            done = subprocess.run([*args, *(["--insecure"] if insecure else [])], cwd=tmp,
+                                  capture_output=True, text=True, timeout=120, check=True)
+        found = re.search(r"in ([\d.]+)s \(", done.stdout)
+        assert found, done.stdout
+        healthy.append(float(found.group(1)))
+    return statistics.median(healthy)
+
+
+def run() -> dict[str, Any]:
+    result: dict[str, Any] = asyncio.run(bus_throughput())
+    result.update(signed_requests())
+    result["up_check_healthy_s_secure"] = up_check(insecure=False)
+    result["up_check_healthy_s_insecure"] = up_check(insecure=True)
+    from bench_control import measure  # secure by default, as `cairn up`
+
+    control = asyncio.run(measure(samples=5))
+    result["submit_to_first_line_s_p50_secure"] = control["submit_to_first_line_s_p50"]
+    result["targets"] = {"js_publish_acked_ratio": 0.8, "up_check_healthy_s": 1.0,
+                         "submit_to_first_line_s": 0.15}
+    result["note"] = ("ratios are secure/plain in the same run, interleaved; secure = TLS + "
+                      "auth callout permissions, a site identity publishing on its own subject")
+    return result
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(asyncio.run(bus_throughput()) | signed_requests(), indent=1))
