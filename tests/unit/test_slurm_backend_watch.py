@@ -9,6 +9,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cairn.launcher.backends import LaunchHandle
@@ -115,4 +116,34 @@ async def test_cancel_of_a_pending_job_removes_it_at_once(tmp_path: Path) -> Non
     cluster.listed["41"] = status("CANCELLED", None)
     await asyncio.wait_for(task, 10)
     assert (await backend.wait(h)).cause == "cancelled"
+    await backend.close()
+
+
+async def test_a_restart_while_the_controller_is_down_keeps_watching(tmp_path: Path) -> None:
+    cluster = MemoryCluster()
+    cluster.down = True
+    backend = SlurmBackend(tmp_path, driver=cluster, poll_s=0.01)
+    h = handle(tmp_path)
+    assert await backend.reattach(h) == h  # not an error: the launcher starts anyway
+    cluster.down = False
+    cluster.listed["41"] = status("COMPLETED", 0)
+    ended = await asyncio.wait_for(backend.wait(h), 10)
+    assert (ended.exit_code, ended.cause) == (0, None)
+    await backend.close()
+
+
+async def test_a_job_id_that_names_another_job_is_not_adopted(tmp_path: Path) -> None:
+    cluster = MemoryCluster()
+    cluster.listed["41"] = JobStatus(job_id="41", state="RUNNING", comment="someone else's")
+    backend = SlurmBackend(tmp_path, driver=cluster, poll_s=0.01)
+    found = await backend.reattach(handle(tmp_path))
+    assert not isinstance(found, LaunchHandle) and found.cause == "infrastructure"
+    assert "not this worker's" in found.message
+    # From accounting without comments (no job_comment flag), the id is trusted.
+    cluster.listed.clear()
+    cluster.accounted["42"] = JobStatus(job_id="42", state="COMPLETED", exit_code=0,
+                                        from_accounting=True)
+    other = await backend.reattach(msgspec.structs.replace(
+        handle(tmp_path, "42"), launch_id="j/s/client/1/0"))
+    assert not isinstance(other, LaunchHandle) and (other.exit_code, other.cause) == (0, None)
     await backend.close()

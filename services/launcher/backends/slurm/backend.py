@@ -164,9 +164,14 @@ class SlurmBackend:
         job = handle.native_id
         pending = watch.last is not None and watch.last.state == "PENDING"
         if not pending and grace_s > 0:
-            await self.driver.cancel(job, signal="TERM")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(watch.done), grace_s)
+            try:
+                await self.driver.cancel(job, signal="TERM")
+            except SlurmUnavailable as exc:
+                # Slurm refuses to signal a job that has not started yet: scancel it.
+                log.info("slurm: SIGTERM to job %s refused (%s); cancelling it", job, exc)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(watch.done), grace_s)
         if not watch.done.done():
             await self.driver.cancel(job)
         with contextlib.suppress(TimeoutError):
@@ -183,11 +188,16 @@ class SlurmBackend:
             return ended
         if handle.launch_id in self._watches:
             return handle
-        status = await self._look_up(handle.native_id)
-        if status is not None and status.comment != TAG_PREFIX + handle.launch_id:
-            return self._finish(_Watch(handle=handle), None,
-                                f"Slurm job {handle.native_id} is not this worker's any more "
-                                f"(its comment is {status.comment!r})")
+        try:
+            status = await self._look_up(handle.native_id)
+        except SlurmUnavailable as exc:
+            # The controller is down or slow: the job goes on; the watch keeps asking.
+            log.warning("slurm: cannot look up job %s yet (%s); watching it", handle.native_id,
+                        exc)
+            self._start_watch(handle)
+            return handle
+        if status is not None and _not_ours(status, handle.launch_id):
+            return self._finish(_Watch(handle=handle), None, _foreign(status))
         if status is None or not status.active:
             return self._finish(_Watch(handle=handle), status)
         self._start_watch(handle, status)
@@ -257,6 +267,9 @@ class SlurmBackend:
                 self._finish(watch, None)
             return
         watch.unknown_since = None
+        if _not_ours(status, watch.handle.launch_id):
+            self._finish(watch, None, _foreign(status))
+            return
         watch.last = status
         if not status.active:
             self._finish(watch, status)
@@ -281,6 +294,19 @@ class SlurmBackend:
         if not watch.done.done():
             watch.done.set_result(ended)
         return ended
+
+
+def _not_ours(status: JobStatus, launch_id: str) -> bool:
+    """The job id now names another job (ids restart after a cluster reset). An accounting
+    record without a comment (no `AccountingStoreFlags=job_comment`) is given the benefit."""
+    if status.comment == TAG_PREFIX + launch_id:
+        return False
+    return bool(status.comment) or not status.from_accounting
+
+
+def _foreign(status: JobStatus) -> str:
+    return (f"Slurm job {status.job_id} is not this worker's any more (its comment is "
+            f"{status.comment!r})")
 
 
 def _write_script(path: Path, text: str) -> None:
