@@ -520,3 +520,23 @@ async def test_a_worker_handed_more_gpus_than_asked_ends_allocation_mismatch(
         await backend.close()
     assert (result.exit_code, result.cause) == (MISMATCH_EXIT, "allocation-mismatch")
     assert "asked for 1 GPU, can use 2" in result.message
+
+
+async def test_a_pod_whose_node_went_silent_is_not_taken_for_unschedulable(
+        cluster: Cluster, tmp_path: Path) -> None:
+    backend = make_backend(cluster, tmp_path)
+    quick = {"kubernetes": msgspec.to_builtins(KubernetesSettings(namespace=NS,
+                                                                  pending_timeout=1))}
+    try:
+        handle = await backend.launch(make_spec(tmp_path, platform=quick))
+        name = handle.native_id.split("/")[1]
+        await cluster.set_status(name, {"phase": "Unknown"})  # the node stopped reporting
+        waiting = asyncio.ensure_future(backend.wait(handle))
+        done, _ = await asyncio.wait({waiting}, timeout=3.0)  # past its pending timeout
+        assert not done
+        await cluster.set_status(name, {"phase": "Failed", "reason": "NodeLost",
+                                        "message": "node gpu-7 was lost"})
+        result = await asyncio.wait_for(waiting, WAIT_S)
+    finally:
+        await backend.close()
+    assert result.cause == "infrastructure" and "NodeLost" in result.message

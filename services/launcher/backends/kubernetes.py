@@ -60,6 +60,7 @@ from cairn.launcher.backends.kubernetes_status import (
     is_running,
     outcome,
     pending_reason,
+    phase,
     stopped_by_us,
 )
 from cairn.launcher.backends.kubernetes_watch import NamespaceWatch
@@ -295,7 +296,9 @@ class KubernetesBackend:
             if pod is None or has_ended(pod):
                 return await self._finish(watch, pod)
             age = (datetime.now(UTC) - handle.started_at).total_seconds()
-            if not is_running(pod) and age >= watch.pending_timeout_s and not watch.cancelled:
+            # Pending only: a pod whose node stopped reporting (phase Unknown) ran, and is
+            # not unschedulable; the node controller fails or removes it in its own time.
+            if phase(pod) == "Pending" and age >= watch.pending_timeout_s and not watch.cancelled:
                 return await self._unschedulable(watch, pod, age)
             if (handle.timeout_s is not None and age >= handle.timeout_s
                     and not (watch.timed_out or watch.cancelled)):
