@@ -13,7 +13,7 @@ import pytest
 from cairn import events as ev
 from tests.fixtures.federation import connect, make_federation
 from tests.fixtures.slurm_lab import SlurmLab
-from tests.integration.cp_helpers import study_events
+from tests.integration.cp_helpers import default_policy, rewrite_runtime, study_events
 from tests.integration.test_fedavg import fedavg_job, server_result, setup_data
 
 pytestmark = pytest.mark.slow
@@ -32,6 +32,10 @@ async def test_fedavg_runs_with_its_clients_on_slurm(slurm_lab: SlurmLab,
     try:
         await fed.wait_healthy(60)
         setup_data.write(fed.dir / "sites", hub=fed.hub)
+        # The study's slurm: settings at site-a reach its batch jobs.
+        policy = default_policy(fed, "site-a")
+        policy["slurm"] = {"partition": "one", "time": "5"}
+        await rewrite_runtime(fed, "site-a", {"demo": policy})
         client = await connect(fed)
         try:
             job_id = await client.submit(fedavg_job(tmp_path, rounds=2, min_sites=2))
@@ -58,3 +62,5 @@ async def test_fedavg_runs_with_its_clients_on_slurm(slurm_lab: SlurmLab,
         assert f"cairn:{running[site].launch_id}" in out, out
         assert f"JobName=cairn-{job_id}-client-{running[site].rank}" in out
         assert "JobState=COMPLETED" in out
+        partition, limit = (("one", "00:05:00") if site == "site-a" else ("all", "00:10:00"))
+        assert f"Partition={partition} " in out and f"TimeLimit={limit}" in out, out
