@@ -96,8 +96,9 @@ def make_backend(cluster: Cluster, tmp_path: Path, **options: Any) -> Kubernetes
     url = str(cluster.server.url).rstrip("/")
     site = KubernetesCluster(api_url=url, namespace="default",
                              workdir_claim=options.pop("claim", None))
+    options.setdefault("poll_s", 0.2)
     backend = load_backend("kubernetes", workdir=tmp_path / "site", cluster=site,
-                           poll_s=0.2, watch_s=2.0, **options)
+                           watch_s=2.0, **options)
     assert isinstance(backend, KubernetesBackend)
     return backend
 
@@ -540,3 +541,18 @@ async def test_a_pod_whose_node_went_silent_is_not_taken_for_unschedulable(
     finally:
         await backend.close()
     assert result.cause == "infrastructure" and "NodeLost" in result.message
+
+
+async def test_the_watch_reports_an_exit_long_before_the_next_poll(
+        cluster: Cluster, tmp_path: Path) -> None:
+    backend = make_backend(cluster, tmp_path, poll_s=600.0)  # only the watch can wake it
+    try:
+        handle = await backend.launch(make_spec(tmp_path))
+        await asyncio.sleep(0.5)  # its loop has read the pod once and now waits
+        await cluster.set_status(handle.native_id.split("/")[1], {
+            "phase": "Succeeded", "containerStatuses": [
+                {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]})
+        result = await ended(backend, handle)
+    finally:
+        await backend.close()
+    assert (result.exit_code, result.cause) == (0, None)

@@ -40,6 +40,7 @@ class NamespaceWatch:
         self._loop = asyncio.get_running_loop()
         self._stopping = threading.Event()
         self._response: Any = None
+        self._version: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"cairn-k8s-watch-{namespace}",
                                         daemon=True)
         self._thread.start()
@@ -65,10 +66,13 @@ class NamespaceWatch:
 
     def _watch_once(self) -> None:
         """One watch request, its events delivered line by line (one JSON event a line)."""
+        # Resumed from the last version seen, so a renewed watch does not replay every pod;
+        # bookmarks keep that version fresh while nothing of ours changes.
+        resume = {"resource_version": self._version} if self._version else {}
         self._response = self._core.list_namespaced_pod(
             self.namespace, label_selector=self._selector, watch=True,
-            timeout_seconds=int(self._watch_s), _request_timeout=self._watch_s + 5,
-            _preload_content=False)
+            allow_watch_bookmarks=True, timeout_seconds=int(self._watch_s),
+            _request_timeout=self._watch_s + 5, _preload_content=False, **resume)
         if self._stopping.is_set():
             return
         pending = b""
@@ -86,8 +90,18 @@ class NamespaceWatch:
         except ValueError:
             return  # a blank keep-alive line, or a torn one: the pod's own read covers it
         pod = event.get("object") if isinstance(event, dict) else None
-        if isinstance(pod, dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-            self._deliver(pod, event["type"] == "DELETED")
+        if not isinstance(pod, dict):
+            return
+        kind = event.get("type")
+        if kind == "ERROR":
+            # 410 Gone: the version is too old to resume from; the next watch starts afresh.
+            self._version = None
+            return
+        version = (pod.get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and version.isdigit():
+            self._version = version
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self._deliver(pod, kind == "DELETED")
 
     def _deliver(self, pod: dict[str, Any], deleted: bool) -> None:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
