@@ -39,6 +39,7 @@ SECTIONS = {
     "evidence": "bench_evidence",
     "launchers": "bench_launchers",
     "hostile": "bench_hostile",
+    "deploy": "bench_deploy",
     "security": "bench_security",
 }
 

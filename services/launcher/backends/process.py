@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -144,7 +145,10 @@ class ProcessBackend:
         self._ended: dict[str, WorkerExit] = {}
         self._cpu_load: Counter[int] = Counter()
         self._zygote = (
-            Zygote(self.python, base_env(self.python, home=str(self.root)))
+            # The endpoint tells the zygote to preload the tracing SDK (see _zygote.py).
+            Zygote(self.python, {**base_env(self.python, home=str(self.root)),
+                                 **{k: v for k in ("OTEL_EXPORTER_OTLP_ENDPOINT",)
+                                    if (v := os.environ.get(k))}})
             if warm and enabled_by_env()
             else None
         )
