@@ -112,9 +112,12 @@ async def test_the_secret_is_a_file_and_absent_from_docker_inspect(
         backend: DockerBackend, code_dir: Path, worker_image: BuiltImage,
         dockerd: DockerEngine, tmp_path: Path) -> None:
     value = "s3cret-9f8e7d"
-    script = ("import os, stat, time; p = os.environ['DB_PASSWORD_FILE']; "
+    script = ("import os, stat, time; from cairn.worker import Worker; "
+              "p = os.environ['DB_PASSWORD_FILE']; w = Worker.from_env(); "
               "print(p, open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)), "
-              "'DB_PASSWORD' in os.environ, flush=True); time.sleep(600)")
+              "'DB_PASSWORD' in os.environ, w.secret('DB_PASSWORD'), flush=True)\n"
+              "try:\n    w.secret('OTHER')\nexcept Exception as exc:\n"
+              "    print(type(exc).__name__, flush=True)\ntime.sleep(600)")
     handle = await backend.launch(spec(code_dir, worker_image, py(script),
                                        secret_env={"DB_PASSWORD": value}))
     client = dockerd.client()
@@ -123,7 +126,7 @@ async def test_the_secret_is_a_file_and_absent_from_docker_inspect(
         logs = b""
         for _ in range(300):
             logs = client.api.logs(handle.native_id)
-            if logs:
+            if b"NotFound" in logs:
                 break
             await asyncio.sleep(0.1)
     finally:
@@ -132,7 +135,8 @@ async def test_the_secret_is_a_file_and_absent_from_docker_inspect(
     assert "DB_PASSWORD_FILE=/cairn/secrets/DB_PASSWORD" in inspect["Config"]["Env"]
     mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/cairn/secrets")
     assert mount["RW"] is False
-    assert logs.decode().split() == ["/cairn/secrets/DB_PASSWORD", value, "0o400", "False"]
+    assert logs.decode().split() == ["/cairn/secrets/DB_PASSWORD", value, "0o400", "False",
+                                     value, "NotFound"], logs
     host_folder = Path(mount["Source"])
     assert oct(host_folder.stat().st_mode & 0o777) == "0o700"
     await backend.cancel(handle, grace_s=1.0)
