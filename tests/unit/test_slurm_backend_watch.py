@@ -147,3 +147,28 @@ async def test_a_job_id_that_names_another_job_is_not_adopted(tmp_path: Path) ->
         handle(tmp_path, "42"), launch_id="j/s/client/1/0"))
     assert not isinstance(other, LaunchHandle) and (other.exit_code, other.cause) == (0, None)
     await backend.close()
+
+
+class LostAnswer(MemoryCluster):
+    """A controller that queues the job but whose answer to the submit never arrives."""
+
+    async def submit(self, request: JobRequest, script_path: str) -> str:
+        self.listed["77"] = JobStatus(job_id="77", state="RUNNING", comment=request.comment)
+        raise SlurmUnavailable("sbatch did not answer in 30 s")
+
+
+async def test_a_submit_whose_answer_was_lost_is_found_by_its_tag(tmp_path: Path) -> None:
+    from cairn.launcher.backends import LaunchSpec
+
+    code = tmp_path / "code"
+    code.mkdir()
+    cluster = LostAnswer()
+    backend = SlurmBackend(tmp_path / "site", driver=cluster, poll_s=0.01)
+    spec = LaunchSpec(launch_id="j/s/client/0/0", job="j", study="x", site="s", role="client",
+                      entrypoint="true", code_dir=str(code))
+    h = await backend.launch(spec)
+    assert h.native_id == "77"
+    cluster.listed["77"] = JobStatus(job_id="77", state="COMPLETED", exit_code=0,
+                                     comment="cairn:j/s/client/0/0")
+    assert (await asyncio.wait_for(backend.wait(h), 10)).cause is None
+    await backend.close()

@@ -139,7 +139,12 @@ class SlurmBackend:
             request = build_request(spec, argv, env, str(workdir), str(workdir / LOG_NAME))
             script = workdir / CONTROL_DIR / SCRIPT_NAME
             await asyncio.to_thread(_write_script, script, request.script)
-            job_id = await self.driver.submit(request, str(script))
+            try:
+                job_id = await self.driver.submit(request, str(script))
+            except SlurmUnavailable:
+                # A submit that timed out may still have been accepted: find it by its tag
+                # rather than leave a job running that nobody watches.
+                job_id = await self._submitted(spec.launch_id)
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             raise
@@ -230,6 +235,23 @@ class SlurmBackend:
     async def status(self, handle: LaunchHandle) -> JobStatus | None:
         """The job as Slurm sees it now (for operators and tests): None when unknown."""
         return await self._look_up(handle.native_id)
+
+    async def _submitted(self, launch_id: str) -> str:
+        """The job id of a submit whose answer was lost, found by its ownership tag.
+
+        Raises:
+            SlurmUnavailable: the cluster still does not answer, or holds no such job.
+        """
+        tag = TAG_PREFIX + launch_id
+        try:
+            found = [s.job_id for s in (await self.driver.jobs()).values() if s.comment == tag]
+        except SlurmUnavailable as exc:
+            raise SlurmUnavailable(f"the submit of {launch_id} got no answer, and the cluster "
+                                   f"cannot be asked whether it arrived: {exc}") from exc
+        if not found:
+            raise SlurmUnavailable(f"the submit of {launch_id} got no answer and no job of it "
+                                   "is queued")
+        return found[0]
 
     async def _look_up(self, job_id: str) -> JobStatus | None:
         status = (await self.driver.jobs()).get(job_id)
