@@ -63,8 +63,7 @@ def put_fedavg_data(project: ComposeProject, tmp_path: Path) -> None:
 
 def cairn_cli(project: ComposeProject, tmp_path: Path, *args: str) -> dict[str, object]:
     """`cairn ARGS -o json` from the host, tracing into the compose federation's receiver."""
-    env = {**os.environ, "CAIRN_NATS_URL": project.nats_url, "CAIRN_STUDY": "demo",
-           "CAIRN_ACTOR": "admin@coord", "CAIRN_CONTEXT": str(tmp_path / "no-context.yaml"),
+    env = {**os.environ, "CAIRN_STUDY": "demo", "CAIRN_CONTEXT": str(project.admin_context()),
            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{project.env['CAIRN_OTLP_PORT']}"}
     done = subprocess.run([sys.executable, "-m", "cairn", *args, "-o", "json"], env=env,
                           capture_output=True, text=True, timeout=JOB_TIMEOUT_S + 30,

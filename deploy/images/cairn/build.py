@@ -4,8 +4,8 @@
     python deploy/images/cairn/build.py --load     # and `docker load`s it (DOCKER_HOST)
     make images                                     # the worker, parent and NATS images
 
-    docker run cairn/cairn:0.1.0 run coordinator validator signer --federation ...
-    docker run cairn/cairn:0.1.0 run agent launcher snapshotter --site-config ...
+    docker run cairn:0.1.0 run coordinator validator signer --federation ...
+    docker run cairn:0.1.0 run agent launcher snapshotter --site-config ...
     healthcheck: python -m cairn.runtime.health agent launcher   (same flags/env as `cairn run`)
 
 The worker image's root filesystem (deploy/images/worker/build.py: this host's Python,
@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 from cached import BuiltArchive, cached_build, docker_load  # noqa: E402
 from imagetar import Archive, ImageConfig, RootFS, write_archive  # noqa: E402
 
-REPOSITORY = "cairn/cairn"
+REPOSITORY = "cairn"
 # Bump when the layout changes: it is part of the cache key.
 BUILDER_VERSION = "1"
 RECIPES = "usr/local/share/cairn/recipes"
