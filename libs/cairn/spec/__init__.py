@@ -11,13 +11,13 @@ Every loader decodes strictly: an unknown key, a wrong type or a bad value raise
 
 from __future__ import annotations
 
+from cairn.events.job import Resources
 from cairn.spec.causes import Cause
 from cairn.spec.duration import format_duration, parse_duration
 from cairn.spec.federation import Admin, Federation, FederationSite, StudyMembers, load_federation
 from cairn.spec.job import HUB_ROLE, JobSpec, Requirement, Role, load_job_spec, parse_job_spec
 from cairn.spec.policy import Decision, StudyUsage, check_deployment, image_approved
 from cairn.spec.quantity import format_cpus, format_memory, parse_cpus, parse_gpus, parse_memory
-from cairn.spec.resources import ResourceRequest
 from cairn.spec.roles import Action, AdminRole, allowed
 from cairn.spec.runtime import (
     VALIDATION_STUDY,
@@ -40,7 +40,7 @@ __all__ = [
     "FederationSite",
     "JobSpec",
     "Requirement",
-    "ResourceRequest",
+    "Resources",
     "Role",
     "SiteConfig",
     "StudyLimits",

@@ -19,12 +19,12 @@ from typing import Any, Literal
 import msgspec
 
 from cairn.errors import InvalidInput
+from cairn.events.job import Resources
 from cairn.spec._forbidden import check_forbidden
 from cairn.spec._located import Located
 from cairn.spec.duration import parse_duration
 from cairn.spec.images import image_problem
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
-from cairn.spec.resources import ResourceRequest
 from cairn.yamlfile import PathKey, convert, parse, read_text
 
 Placement = Literal["hub", "sites"]
@@ -89,7 +89,7 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     entrypoint: str
-    resources: ResourceRequest
+    resources: Resources
     placement: Placement
     sites: Literal["all"] | tuple[str, ...] = "all"
     min_sites: int | None = None
@@ -208,7 +208,7 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
     if not argv:
         raise where.error((*at, "entrypoint"), "must name a command")
     res = (*at, "resources")
-    resources = ResourceRequest(
+    resources = Resources(
         gpus=where.check((*res, "gpus"), parse_gpus, raw.resources.gpus),
         millicpus=where.check((*res, "cpus"), parse_cpus, raw.resources.cpus),
         memory_bytes=where.check((*res, "memory"), parse_memory, raw.resources.memory),

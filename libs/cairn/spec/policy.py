@@ -11,10 +11,10 @@ from pathlib import Path
 
 import msgspec
 
+from cairn.events.job import Resources
 from cairn.spec.causes import Cause
 from cairn.spec.images import has_digest, image_problem
 from cairn.spec.quantity import format_cpus, format_memory
-from cairn.spec.resources import ZERO, ResourceRequest
 from cairn.spec.runtime import StudyPolicy, StudyRuntime
 
 _DIGEST_SUFFIX = "@sha256:*"
@@ -29,7 +29,7 @@ class StudyUsage(msgspec.Struct, frozen=True, kw_only=True):
             does not count as another concurrent job).
     """
 
-    resources: ResourceRequest = ZERO
+    resources: Resources = Resources.zero()
     jobs: frozenset[str] = frozenset()
 
 
@@ -84,7 +84,7 @@ def check_deployment(
     policy_file: str | Path,
     runtime: StudyRuntime | None,
     study: str,
-    request: ResourceRequest,
+    request: Resources,
     image: str | None,
     running_usage: StudyUsage,
     *,
@@ -129,7 +129,7 @@ def check_deployment(
 
 
 def _over_limits(
-    study: str, policy: StudyPolicy, request: ResourceRequest, usage: StudyUsage, job: str | None
+    study: str, policy: StudyPolicy, request: Resources, usage: StudyUsage, job: str | None
 ) -> list[str]:
     limits = policy.limits
     used = usage.resources

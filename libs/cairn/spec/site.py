@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 from cairn.errors import InvalidInput
+from cairn.events.job import Resources
 from cairn.spec._located import Located
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
-from cairn.spec.resources import ResourceRequest
 from cairn.yamlfile import convert, parse, read_text
 
 Backend = Literal["process", "docker", "kubernetes", "slurm"]
@@ -110,7 +110,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
     federation: str
     worker_nats_url: str
     backend: Backend
-    inventory: ResourceRequest
+    inventory: Resources
     workdir: str
     runtime: str
     gpu_ids: tuple[str, ...] = ()
@@ -118,10 +118,10 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
     slurm: SlurmCluster | None = None
 
 
-def discover_inventory() -> ResourceRequest:
+def discover_inventory() -> Resources:
     """CPUs this process may run on and the machine's memory; GPUs 0 (never guessed)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return ResourceRequest(gpus=0, millicpus=(cpus or 1) * 1000, memory_bytes=_mem_total())
+    return Resources(gpus=0, millicpus=(cpus or 1) * 1000, memory_bytes=_mem_total())
 
 
 def _mem_total() -> int:
@@ -137,7 +137,7 @@ def _mem_total() -> int:
 
 
 def load_site_config(
-    path: str | Path, *, discover: Callable[[], ResourceRequest] = discover_inventory
+    path: str | Path, *, discover: Callable[[], Resources] = discover_inventory
 ) -> SiteConfig:
     """Read `site.yaml`; relative `workdir` and `runtime` are resolved against its folder.
 
@@ -157,7 +157,7 @@ def parse_site_config(
     file: str,
     base_dir: str | Path,
     *,
-    discover: Callable[[], ResourceRequest] = discover_inventory,
+    discover: Callable[[], Resources] = discover_inventory,
 ) -> SiteConfig:
     doc = parse(text, file)
     if doc.data is None:
@@ -237,8 +237,8 @@ def _inventory(
     where: Located,
     raw: _RawInventory | None,
     gpu_ids: tuple[str, ...],
-    discover: Callable[[], ResourceRequest],
-) -> ResourceRequest:
+    discover: Callable[[], Resources],
+) -> Resources:
     raw = raw or _RawInventory()
     at = ("inventory",)
     gpus = None if raw.gpus is None else where.check((*at, "gpus"), parse_gpus, raw.gpus)
@@ -247,7 +247,7 @@ def _inventory(
     cpus = None if raw.cpus is None else where.check((*at, "cpus"), parse_cpus, raw.cpus)
     memory = None if raw.memory is None else where.check((*at, "memory"), parse_memory, raw.memory)
     found = discover() if cpus is None or memory is None else None
-    return ResourceRequest(
+    return Resources(
         gpus=gpus if gpus is not None else len(gpu_ids),
         millicpus=cpus if cpus is not None else found.millicpus if found else 0,
         memory_bytes=memory if memory is not None else found.memory_bytes if found else 0,
