@@ -210,9 +210,11 @@ async def test_accounting_is_the_authority_once_asked(slurm_lab: SlurmLab, backe
     ended = await asyncio.wait_for(backend.wait(handle), WAIT_S)
 
     async def recorded() -> bool:
-        # slurmdbd learns of a job's end a moment after the controller.
+        # slurmdbd learns of a job's end, and then of its steps' exits, a moment after the
+        # controller (the backend asks it only once the controller forgot the job, minutes on).
         status = await backend.driver.accounting(handle.native_id)
-        return status is not None and not status.active
+        return status is not None and not status.active and status.derived_code is not None \
+            and status.derived_code > 0
 
     await until(recorded)
     status = await backend.driver.accounting(handle.native_id)
