@@ -31,6 +31,7 @@ from cairn.launcher.backends import (  # noqa: E402
     load_backend,
 )
 from cairn.launcher.backends.base import allocation_env  # noqa: E402
+from cairn.launcher.backends.errors import LaunchFailed  # noqa: E402
 from cairn.launcher.backends.kubernetes import RBAC_RULES, KubernetesBackend  # noqa: E402
 from cairn.launcher.backends.kubernetes_pod import launch_label  # noqa: E402
 from cairn.spec.runtime import KubernetesSettings, Toleration  # noqa: E402
@@ -40,6 +41,7 @@ from cairn.worker.allocation import MISMATCH_EXIT, REPORT  # noqa: E402
 
 PODS = kmock.resource("", "v1", "pods")
 EVENTS = kmock.resource("", "v1", "events")
+SECRETS = kmock.resource("", "v1", "secrets")
 NS = "lung"
 # The newest Kubernetes schema the installed kubernetes-validate carries.
 SCHEMA_VERSION = kubernetes_validate.utils.latest_version()
@@ -192,6 +194,7 @@ async def test_the_pod_is_exactly_what_the_study_asks_and_passes_the_schema(
                 {"name": "CAIRN_JOB", "value": "j-abc"}, {"name": "CAIRN_SITE", "value": "site-k"},
                 {"name": "CAIRN_WORKDIR", "value": "/cairn/work"},
                 {"name": "CAIRN_DATA", "value": "/cairn/data"},
+                {"name": "DB_PASSWORD_FILE", "value": "/run/cairn/secrets/DB_PASSWORD"},
                 # The allocation the worker proves: 2 GPUs (the device plugin picks which).
                 {"name": ALLOCATION_ENV, "value": allocation_env(spec, [], gpu_ids=[])[
                     ALLOCATION_ENV]}],
@@ -223,17 +226,41 @@ async def test_the_pod_is_exactly_what_the_study_asks_and_passes_the_schema(
         "automountServiceAccountToken": False, "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 10, "activeDeadlineSeconds": 660,
     }
-    assert "DB_PASSWORD" not in json.dumps(body["containers"][0]["env"])
     # The official schema, strict: an unknown or misspelt field anywhere raises.
     kubernetes_validate.validate(pod, SCHEMA_VERSION, strict=True)
 
 
-async def test_a_secret_value_is_refused_rather_than_put_in_the_pod(
+async def test_secret_values_go_in_a_secret_of_the_pod_never_in_the_pod(
         cluster: Cluster, tmp_path: Path) -> None:
     backend = make_backend(cluster, tmp_path)
+    value = "nats-user-jwt-and-seed-s3cret"
     try:
-        with pytest.raises(Exception, match="k8s:<secret>/<key>"):
-            await backend.launch(make_spec(tmp_path, secret_env={"TOKEN": "s3cret"}))
+        handle = await backend.launch(make_spec(tmp_path, secret_env={"CAIRN_CREDS": value}))
+        pod = await cluster.pod()
+    finally:
+        await backend.close()
+    name = handle.native_id.split("/")[1]
+    assert value not in json.dumps(pod)
+    secret = cluster.server.objects[SECRETS, NS, f"{name}-secrets"]
+    assert secret["stringData"] == {"CAIRN_CREDS": value} and secret["immutable"] is True
+    assert secret["metadata"]["labels"]["cairn.launch"] == launch_label(handle.launch_id)
+    worker = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["CAIRN_CREDS_FILE"] == "/run/cairn/secrets/CAIRN_CREDS"
+    assert [v["projected"]["sources"] for v in pod["spec"]["volumes"]
+            if v["name"] == "cairn-secrets"] == [[{"secret": {
+                "name": f"{name}-secrets", "items": [{"key": "CAIRN_CREDS",
+                                                      "path": "CAIRN_CREDS"}]}}]]
+
+
+async def test_a_pod_whose_secret_cannot_be_made_is_removed(
+        cluster: Cluster, tmp_path: Path) -> None:
+    forbidden = {"kind": "Status", "code": 403, "message": "secrets is forbidden"}
+    cluster.server["post", SECRETS] << 403 << forbidden
+    backend = make_backend(cluster, tmp_path)
+    try:
+        with pytest.raises(LaunchFailed, match="forbidden"):
+            await backend.launch(make_spec(tmp_path, secret_env={"CAIRN_CREDS": "x"}))
         assert await cluster.pods() == []
     finally:
         await backend.close()
@@ -428,7 +455,8 @@ async def test_rbac_rules_are_exactly_the_calls_the_backend_makes(
     quick = {"kubernetes": msgspec.to_builtins(KubernetesSettings(namespace=NS,
                                                                   pending_timeout=1))}
     try:
-        stuck = await backend.launch(make_spec(tmp_path, platform=quick))
+        stuck = await backend.launch(make_spec(tmp_path, platform=quick,
+                                               secret_env={"CAIRN_CREDS": "x"}))
         assert (await ended(backend, stuck)).cause == "unschedulable"
         handle = await backend.launch(make_spec(tmp_path, launch_id="j-abc/site-k/client/1/0",
                                                 rank=1))

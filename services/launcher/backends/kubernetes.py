@@ -52,6 +52,8 @@ from cairn.launcher.backends.kubernetes_pod import (
     launch_label,
     owned_by,
     pod_location,
+    pod_name,
+    values_secret,
 )
 from cairn.launcher.backends.kubernetes_status import (
     Pending,
@@ -144,7 +146,12 @@ class KubernetesBackend:
         local = msgspec.structs.replace(spec, datasets={})  # they are claims, not paths here
         workdir = await asyncio.to_thread(prepare_workdir, local, self.root)
         try:
-            await self._pods.create(namespace, pod)
+            created = await self._pods.create(namespace, pod)
+            if spec.secret_env:
+                # After the pod, to be owned by it (its uid); the kubelet waits for it.
+                uid = (created.get("metadata") or {}).get("uid")
+                await self._pods.create_secret(namespace, values_secret(spec, namespace, uid),
+                                               for_pod=pod_name(spec))
         except BaseException as exc:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             where = f"pod {namespace}/{pod['metadata']['name']}"

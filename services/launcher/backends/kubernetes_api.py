@@ -23,9 +23,11 @@ RBAC_RULES: tuple[dict[str, list[str]], ...] = (
      "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
 )
 """The launcher's rights in a study namespace, no more: pods (create, delete, get, list,
-watch), pods/log (get), events (list)."""
+watch), pods/log (get), events (list), secrets (create: a worker's secret values, owned by
+its pod; never get, so the launcher cannot read a Secret back)."""
 
 
 class PodApi:
@@ -65,6 +67,16 @@ class PodApi:
         """Raises: Conflict (it exists), or another `CairnError` (see `kube.call`)."""
         created: dict[str, Any] = await self._call("create_namespaced_pod", namespace, pod)
         return created
+
+    async def create_secret(self, namespace: str, secret: dict[str, Any], *,
+                            for_pod: str) -> None:
+        """The Secret a pod mounts; without it the pod could never start, so it is deleted
+        when the Secret cannot be made."""
+        try:
+            await self._call("create_namespaced_secret", namespace, secret)
+        except BaseException:
+            await self.delete(namespace, for_pod, 0)
+            raise
 
     async def read(self, namespace: str, name: str) -> dict[str, Any]:
         """Raises: NotFound once it is gone, or another `CairnError`."""

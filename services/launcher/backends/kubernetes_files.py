@@ -51,21 +51,13 @@ def refuse_unrunnable(spec: LaunchSpec, cluster: KubernetesCluster) -> None:
     """Refuse, before anything is made, a launch no pod of this site can run.
 
     Raises:
-        InvalidInput: no image; secret values (not references); a job with code on a site
-            without a `workdir_claim`; several nodes.
+        InvalidInput: no image; a job with code on a site without a `workdir_claim`;
+            several nodes.
     """
     if not spec.image:
         raise InvalidInput("the kubernetes backend needs an image: set images.default for "
                            "the study in study_runtime.yaml, or image in the job spec",
                            field="image")
-    if spec.secret_env:
-        # Values, not references: a study's env:/file: sources, or a secure federation's
-        # worker credential. Copying them into the cluster would need rights on Secrets.
-        raise InvalidInput("on Kubernetes a secret reaches a pod only as a mounted "
-                           f"Kubernetes Secret, and {', '.join(sorted(spec.secret_env))} "
-                           "came as values, which this backend does not copy into the "
-                           "cluster: give study secrets a source k8s:<secret>/<key> in "
-                           "study_runtime.yaml", field="secret_env")
     if spec.nodes > 1:
         raise InvalidInput(f"the kubernetes backend runs a worker as one pod, not across "
                            f"{spec.nodes} nodes", field="nodes")

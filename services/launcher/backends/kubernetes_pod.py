@@ -100,6 +100,9 @@ def worker_env(spec: LaunchSpec) -> list[dict[str, str]]:
     env.update(spec.env)
     env["CAIRN_WORKDIR"] = WORKDIR
     env["CAIRN_DATA"] = DATA
+    # Each secret is a file; the worker learns only its path (`<NAME>_FILE`), as everywhere.
+    env.update({f"{name}_FILE": f"{SECRETS}/{name}"
+                for name in sorted({*spec.secret_refs, *spec.secret_env})})
     # What the worker proves it got before the job's code runs. The device plugin picks the
     # GPUs, so only their count is known here (as on Slurm); no CPU is pinned by id.
     env.update(allocation_env(spec, [], gpu_ids=[]))
@@ -109,6 +112,23 @@ def worker_env(spec: LaunchSpec) -> list[dict[str, str]]:
         # "all"). With GPUs, the device plugin sets it to the granted ones.
         env["NVIDIA_VISIBLE_DEVICES"] = "void"
     return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def values_secret_name(spec: LaunchSpec) -> str:
+    """The Secret that carries a worker's secret values (a secure federation's credential,
+    a study's env:/file: sources): one per pod, deleted with it."""
+    return pod_name(spec) + "-secrets"
+
+
+def values_secret(spec: LaunchSpec, namespace: str, owner_uid: str | None) -> dict[str, Any]:
+    """That Secret, owned by the worker's pod (so the cluster deletes it with the pod)."""
+    meta: dict[str, Any] = {"name": values_secret_name(spec), "namespace": namespace,
+                            "labels": ownership_labels(spec)}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name(spec),
+                                    "uid": owner_uid}]
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
+            "immutable": True, "stringData": dict(spec.secret_env)}
 
 
 def _volumes(spec: LaunchSpec, cluster: KubernetesCluster, work_subpath: str
@@ -146,6 +166,9 @@ def _volumes(spec: LaunchSpec, cluster: KubernetesCluster, work_subpath: str
             raise InvalidInput(f"secret {env_name}: on Kubernetes a source is "
                                f"k8s:<secret>/<key>, not {ref!r}", field=f"secret_env.{env_name}")
         sources.append({"secret": {"name": secret, "items": [{"key": key, "path": env_name}]}})
+    if spec.secret_env:
+        sources.append({"secret": {"name": values_secret_name(spec), "items": [
+            {"key": name, "path": name} for name in sorted(spec.secret_env)]}})
     if sources:
         # One projected volume (tmpfs, like every secret volume) with a file per secret.
         volumes.append({"name": "cairn-secrets",
