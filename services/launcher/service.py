@@ -213,6 +213,12 @@ class LauncherService:
                                 native_id=handle.native_id, allocation=WorkerAllocation(
                                     gpus=spec.gpus_asked, gpu_ids=list(spec.gpus),
                                     cpus=list(handle.cpus), memory_bytes=spec.memory_bytes))
+        if getattr(self.backend, "started", None) is not None:
+            # A backend whose worker may wait to start (a pod pending for a node): the handle
+            # is kept now, `worker.running` sent once the worker really runs.
+            launch = await self._record(launching, handle=handle)
+            self._watch(launch, handle, running=running)
+            return
         launch = await self._record(running, handle=handle)
         await self.bus.publish(running)
         self._watch(launch, handle)
@@ -299,13 +305,18 @@ class LauncherService:
         (dest / ".complete").touch()
         return dest
 
-    def _watch(self, launch: LaunchState, handle: LaunchHandle) -> None:
+    def _watch(self, launch: LaunchState, handle: LaunchHandle,
+               running: WorkerRunning | None = None) -> None:
         self.watchers[launch.launch_id] = asyncio.create_task(
-            self._wait(launch.launch_id, handle), name=f"watch:{launch.launch_id}")
+            self._wait(launch.launch_id, handle, running), name=f"watch:{launch.launch_id}")
 
-    async def _wait(self, launch_id: str, handle: LaunchHandle) -> None:
+    async def _wait(self, launch_id: str, handle: LaunchHandle,
+                    running: WorkerRunning | None = None) -> None:
         assert self.backend is not None
         try:
+            if running is not None and await self.backend.started(handle) is None:  # type: ignore[attr-defined]
+                await self._record(running, handle=handle)
+                await self.bus.publish(running)
             result = await self.backend.wait(handle)
         except asyncio.CancelledError:
             raise

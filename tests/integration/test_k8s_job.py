@@ -21,9 +21,8 @@ from cairn import events as ev  # noqa: E402
 from cairn.api import JobRequest  # noqa: E402
 from cairn.client import Client  # noqa: E402
 from cairn.events import Resources, RoleRequest  # noqa: E402
-from cairn.runtime.context import Context  # noqa: E402
-from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation  # noqa: E402
-from tests.fixtures.federation import make_federation  # noqa: E402
+from cairn.runtime.embedded import EmbeddedFederation  # noqa: E402
+from tests.fixtures.federation import connect, make_federation  # noqa: E402
 from tests.integration.cp_helpers import study_events  # noqa: E402
 
 NS = "lung"
@@ -89,8 +88,20 @@ class Kubelet:
         return False
 
 
+async def worker_state(client: Client, job: str, until: str | None = None) -> str:
+    """The job's one worker's state now, or (bounded) once it is `until`."""
+    state = ""
+    for _ in range(int(WAIT_S / 0.1)):
+        workers = (await client.job(job)).workers
+        state = next(iter(workers.values())).state if workers else ""
+        if until is None or state == until:
+            return state
+        await asyncio.sleep(0.1)
+    return state
+
+
 def request() -> JobRequest:
-    return JobRequest(name="on-k8s", timeout_s=600, roles=[RoleRequest(
+    return JobRequest(name="on-k8s", timeout_s=600.0, roles=[RoleRequest(
         name="client", entrypoint="python -m fedavg.client", sites=["site-k"], min_sites=1,
         resources=Resources(gpus=0, millicpus=1000, memory_bytes=256 * 2**20))])
 
@@ -103,14 +114,15 @@ async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) 
     try:
         await fed.wait_healthy(60)
         assert fed.nats is not None
-        client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                              actor=DEFAULT_ADMIN))
+        client = await connect(fed)
         try:
             job = await client.submit_request(request())
             pod = await kubelet.pod()
             name = pod["metadata"]["name"]
-            assert (await client.job(job)).state != "completed"
+            await asyncio.sleep(1.0)  # the launcher has seen the pod Pending by now
+            assert await worker_state(client, job) == "launching"  # no node has it yet
             await kubelet.set_status(name, {"phase": "Running"})
+            assert await worker_state(client, job, until="running") == "running"
             await kubelet.set_status(name, {"phase": "Succeeded", "containerStatuses": [
                 {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]})
             final = await client.wait(job, timeout=WAIT_S)
@@ -127,9 +139,13 @@ async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) 
     assert worker["image"] == IMAGE and pod["spec"]["serviceAccountName"] == "cairn-worker"
     env = {e["name"]: e["value"] for e in worker["env"]}
     assert env["CAIRN_SITE"] == "site-k" and env["CAIRN_JOB"] == job and env["TZ"] == "UTC"
-    assert "DB_PASSWORD" not in env  # a secret is a mounted file, never an env value
-    assert [s["secret"]["name"] for v in pod["spec"]["volumes"] if v["name"] == "cairn-secrets"
-            for s in v["projected"]["sources"]] == ["lung-db"]
+    # A secret is a mounted file, never an env value: the study's Kubernetes Secret, and in a
+    # secure federation the worker's credential, in the pod's own Secret.
+    assert "DB_PASSWORD" not in env and "CAIRN_CREDS" not in env
+    assert env["DB_PASSWORD_FILE"] == "/run/cairn/secrets/DB_PASSWORD"
+    mounted = [s["secret"]["name"] for v in pod["spec"]["volumes"]
+               if v["name"] == "cairn-secrets" for s in v["projected"]["sources"]]
+    assert mounted[0] == "lung-db" and mounted[1:] in ([], [f"{name}-secrets"])
     launching = [e for e in events if isinstance(e, ev.WorkerLaunching)]
     exited = [e for e in events if isinstance(e, ev.WorkerExited)]
     assert [(e.site, e.backend) for e in launching] == [("site-k", "kubernetes")]
@@ -144,8 +160,7 @@ async def test_a_cancelled_job_deletes_its_pod(kmock: Any, tmp_path: Path) -> No
     try:
         await fed.wait_healthy(60)
         assert fed.nats is not None
-        client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                              actor=DEFAULT_ADMIN))
+        client = await connect(fed)
         try:
             job = await client.submit_request(request())
             name = (await kubelet.pod())["metadata"]["name"]
@@ -171,8 +186,7 @@ async def test_a_pod_no_node_can_take_ends_the_worker_unschedulable(
     try:
         await fed.wait_healthy(60)
         assert fed.nats is not None
-        client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                              actor=DEFAULT_ADMIN))
+        client = await connect(fed)
         try:
             job = await client.submit_request(request())
             name = (await kubelet.pod())["metadata"]["name"]
