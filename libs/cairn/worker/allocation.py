@@ -314,6 +314,10 @@ def read_report(workdir: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _no_nvml() -> None:
+    return None
+
+
 def check(environ: Mapping[str, str] | None = None,
           nvml: Callable[[], tuple[str, ...] | None] | None = None) -> Report | None:
     """Compare and write the report; None when the launcher set no `CAIRN_ALLOCATION`.
@@ -335,13 +339,14 @@ def check(environ: Mapping[str, str] | None = None,
     return report
 
 
-def prove_allocation(environ: Mapping[str, str] | None = None) -> None:
+def prove_allocation(environ: Mapping[str, str] | None = None, *, nvml: bool = True) -> None:
     """Check, and end the process with `MISMATCH_EXIT` (saying why) on a GPU mismatch.
 
-    Run before the job's code: the SDK's `main` does, and the exit wrapper for other programs.
+    Run before the job's code: the exit wrapper does for every program on the process
+    backend (`nvml=False`: it stays cheap), and the SDK's `Worker.from_env` in every worker.
     """
     try:
-        report = check(environ)
+        report = check(environ, None if nvml else _no_nvml)
     except ValueError as exc:
         print(f"cairn: {exc}", file=sys.stderr, flush=True)
         os._exit(MISMATCH_EXIT)

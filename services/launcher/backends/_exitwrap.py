@@ -7,9 +7,9 @@ It then:
 1. changes to the working directory and pins CPUs (the child inherits both);
 2. forks and execs the real command; in the child, before exec, it joins the worker's cgroup
    or sets RLIMIT_AS, so the wrapper itself stays outside the memory limit and survives an
-   OOM kill of the worker to write the record; for a program that is not Python, it then
-   proves the allocation (`cairn.worker.allocation`: a worker that can use more or fewer GPUs
-   than it asked for exits 78 before its program runs; Python workers check in the SDK);
+   OOM kill of the worker to write the record; it then proves the allocation
+   (`cairn.worker.allocation`: a worker that can use more or fewer GPUs than it asked for
+   exits 78 before its program runs; the SDK checks again, with NVML);
 3. blocks SIGTERM/SIGINT/SIGHUP for itself (the process backend starts it with them blocked
    already): the launcher signals the whole process group, so the worker gets the signal
    directly, and the wrapper must outlive it to write the record. The worker unblocks them
@@ -76,6 +76,8 @@ def confine(cgroup_procs: str | None, rlimit_as: int | None,
             fh.write(str(os.getpid()))
     if rlimit_as:
         resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
+    if "CAIRN_ALLOCATION" in os.environ:
+        prove_allocation()  # with its limits in place, before anything of the job runs
     for signum in GROUP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, interrupt)  # type: ignore[arg-type]
@@ -89,8 +91,6 @@ def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         confine(cgroup_procs, rlimit_as)
-        if "CAIRN_ALLOCATION" in os.environ and not _is_python(argv[0]):
-            prove_allocation()
         os.execvp(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
         try:
@@ -99,16 +99,11 @@ def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
             os._exit(SPAWN_FAILED)
 
 
-def _is_python(program: str) -> bool:
-    # A Python worker proves its allocation itself, through the SDK (with NVML, which this
-    # wrapper cannot import); the wrapper checks for every other program.
-    return os.path.basename(program).startswith("python")
-
-
 def prove_allocation() -> None:
-    """In the worker, before exec: compare what it can see with `CAIRN_ALLOCATION`, and exit
-    with `cairn.worker.allocation.MISMATCH_EXIT` on a GPU mismatch (see that module, which is
-    loaded by path: this wrapper runs with -I -S and cannot import cairn)."""
+    """In the worker, before its program: compare what it can see with `CAIRN_ALLOCATION`,
+    and exit with `cairn.worker.allocation.MISMATCH_EXIT` on a GPU mismatch. That module is
+    loaded by path (this wrapper runs with -I -S and cannot import cairn); NVML is left to
+    the SDK, which checks again in a Python worker with the GPUs' UUIDs."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -119,7 +114,7 @@ def prove_allocation() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules["_cairn_allocation"] = module
     spec.loader.exec_module(module)
-    module.prove_allocation()
+    module.prove_allocation(nvml=False)
 
 
 def prepare(cwd: str, cpus: str) -> tuple[int, int]:
