@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.events import DEADLETTER_DECODER, FEDERATION_DECODER, RecordSkipped
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import make_federation
@@ -40,8 +40,8 @@ async def _poison(fed: EmbeddedFederation) -> None:
         await bus.close()
 
 
-async def _reports(fed_url: str) -> tuple[list[RecordSkipped], list[str]]:
-    bus = await Bus.connect(fed_url)
+async def _reports(fed: EmbeddedFederation) -> tuple[list[RecordSkipped], list[str]]:
+    bus = await fed.bus()
     try:
         skipped = [r.event async for r in replay(bus, subjects.FEDERATION_STREAM.name,
                                                  FEDERATION_DECODER)
@@ -71,19 +71,18 @@ async def test_poisoned_start_records_are_skipped_and_cairn_up_comes_up(
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "cairn", "up", "--dir", str(fed.dir), "--check",
-         "--timeout", "120"],
+         "--timeout", "120", *([] if fed.secure else ["--insecure"])],
         capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "healthy:" in done.stdout
 
-    # Its stores hold the reports: start the server alone on the same store to read them.
-    from cairn.runtime.natsserver import NatsServer
-
-    nats = NatsServer(fed.dir / "nats").start()
+    # Its stores hold the reports: start the federation once more to read them.
+    fed.start()
     try:
-        skipped, letters = await _reports(nats.url)
+        await fed.wait_healthy(90)
+        skipped, letters = await _reports(fed)
     finally:
-        nats.stop()
+        fed.stop()
     by_service = {(s.service, s.site): s for s in skipped}
     snap = by_service[("snapshotter", "site-a")]
     assert snap.key == subjects.site_event("site-a", "snapshot") and snap.seq > 0

@@ -274,6 +274,9 @@ class Bus:
             msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs)
         except NoRespondersError:
             raise Unavailable(f"nothing answers on {subject}: is the service running?") from None
+        except ConnectionClosedError:
+            raise Unavailable(f"the connection to NATS is closed; {subject} was not asked") \
+                from None
         except (TimeoutError, NatsTimeout):
             raise Timeout(f"no answer on {subject} within {timeout:g}s") from None
         return bytes(msg.data)
