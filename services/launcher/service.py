@@ -149,7 +149,12 @@ class LauncherService:
                 await self._report(launch, found)
             else:
                 log.info("reattached to worker %s", record.launch_id)
-                self._watch(launch, found)
+                running = None
+                if launch.state == "launching" and getattr(self.backend, "started", None):
+                    # It was still waiting to start (a pending pod) when the launcher stopped.
+                    running = WorkerRunning(**self._event_base(launch, "running"),
+                                            native_id=found.native_id)
+                self._watch(launch, found, running=running)
 
     # -- commands ---------------------------------------------------------------------------
 

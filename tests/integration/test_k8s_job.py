@@ -207,3 +207,38 @@ async def test_a_pod_no_node_can_take_ends_the_worker_unschedulable(
         final.message)
     assert [(e.exit_code, e.reason) for e in exited] == [(None, "unschedulable")]
     assert "insufficient resources: 0/3 nodes are available" in exited[0].message
+
+
+async def test_a_pod_still_pending_when_the_site_restarts_runs_to_completion(
+        kmock: Any, tmp_path: Path) -> None:
+    kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b"done\n"
+    url = str(kmock.url).rstrip("/")
+    fed, kubelet = federation(tmp_path, url), Kubelet(url)
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        client = await connect(fed)
+        try:
+            job = await client.submit_request(request())
+            name = (await kubelet.pod())["metadata"]["name"]
+            await asyncio.sleep(1.0)
+            assert await worker_state(client, job) == "launching"
+        finally:
+            await client.close()
+    finally:
+        fed.stop()  # every parent goes; the pod stays, pending
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        client = await connect(fed)
+        try:
+            await kubelet.set_status(name, {"phase": "Running"})
+            assert await worker_state(client, job, until="running") == "running"
+            await kubelet.set_status(name, {"phase": "Succeeded", "containerStatuses": [
+                {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]})
+            final = await client.wait(job, timeout=WAIT_S)
+        finally:
+            await client.close()
+    finally:
+        fed.stop()
+    assert final.state == "completed", final
