@@ -243,6 +243,8 @@ async def test_secret_values_go_in_a_secret_of_the_pod_never_in_the_pod(
     assert value not in json.dumps(pod)
     secret = cluster.server.objects[SECRETS, NS, f"{name}-secrets"]
     assert secret["stringData"] == {"CAIRN_CREDS": value} and secret["immutable"] is True
+    for made in (pod, secret.raw):
+        kubernetes_validate.validate(made, SCHEMA_VERSION, strict=True)
     assert secret["metadata"]["labels"]["cairn.launch"] == launch_label(handle.launch_id)
     worker = pod["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in worker["env"]}
