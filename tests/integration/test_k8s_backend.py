@@ -586,3 +586,23 @@ async def test_the_watch_reports_an_exit_long_before_the_next_poll(
     finally:
         await backend.close()
     assert (result.exit_code, result.cause) == (0, None)
+
+
+@pytest.mark.parametrize("content", [None, "kind: Deployment\nspec: {}\n", "spec: [1, 2\n"])
+async def test_a_missing_or_wrong_pod_template_fails_the_launch_naming_the_file(
+        cluster: Cluster, tmp_path: Path, content: str | None) -> None:
+    template = tmp_path / "lung-pod.yaml"
+    if content is not None:
+        template.write_text(content)
+    spec = make_spec(tmp_path, platform={"kubernetes": msgspec.to_builtins(
+        KubernetesSettings(namespace=NS, pod_template=str(template)))})
+    backend = make_backend(cluster, tmp_path)
+    try:
+        with pytest.raises(LaunchFailed) as info:
+            await backend.launch(spec)
+        assert info.value.file == str(template)
+        assert await cluster.pods() == []
+    finally:
+        await backend.close()
+    assert not (tmp_path / "site" / "workers").exists() or not any(
+        (tmp_path / "site" / "workers").iterdir())
