@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import time
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,10 +28,33 @@ LIFETIME_S = 60.0
 MAX_LIFETIME_S = 300.0
 _ENCODER = msgspec.json.Encoder()
 
+RAW_REQUEST: ContextVar[bytes | None] = ContextVar("cairn_raw_request", default=None)
+"""The request's bytes as they arrived (set by the service runtime while it is handled)."""
+
+
+_ENVELOPE = msgspec.json.Decoder(api.Envelope)
+
 
 def canonical(envelope: api.Envelope) -> bytes:
-    """What is signed: the envelope's JSON with `signature` empty."""
-    return _ENCODER.encode(msgspec.structs.replace(envelope, signature=None))
+    """What is signed: the envelope's JSON with `signature` empty, as the receiver decodes
+    it (a round trip first, so a value the sender held as `600` where the field is a float
+    is signed as the `600.0` the receiver re-encodes)."""
+    unsigned = _ENCODER.encode(msgspec.structs.replace(envelope, signature=None))
+    return _ENCODER.encode(_ENVELOPE.decode(unsigned))
+
+
+def signed_bytes(envelope: api.Envelope) -> bytes:
+    """The bytes the sender signed, taken from what arrived where possible.
+
+    Re-encoding a decoded envelope gives the sender's bytes only while both run the same
+    Struct versions: a field added later (with its default) would change them. So the bytes
+    that arrived are used, with the signature (the envelope's last field) set back to null.
+    """
+    raw = RAW_REQUEST.get()
+    tail = b'"signature":' + _ENCODER.encode(envelope.signature) + b"}"
+    if raw is not None and raw.rstrip().endswith(tail):
+        return raw.rstrip()[: -len(tail)] + b'"signature":null}'
+    return canonical(envelope)
 
 
 class RequestSigner:
@@ -93,7 +117,7 @@ class RequestVerifier:
         except CredentialError as exc:
             raise PermissionDenied(f"the signer's credential is not valid: {exc}",
                                    field="key_id") from None
-        if not verify(signer.user_key, canonical(envelope),
+        if not verify(signer.user_key, signed_bytes(envelope),
                       decode_b64_any(envelope.signature)):
             raise PermissionDenied("tampered request: the signature does not match its "
                                    "contents", field="signature")
