@@ -111,12 +111,17 @@ def test_the_federation_chart_runs_one_writer_per_service(helm_bin: Path,
                                                           tmp_path: Path) -> None:
     docs = template(helm_bin, "cairn-federation", "full", tmp_path)
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
-    assert set(deployments) == {"rel-coordinator", "rel-validator", "rel-signer"}
+    assert set(deployments) == {"rel-coordinator", "rel-validator", "rel-signer",
+                                "rel-authority"}
     for d in deployments.values():
         assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
-        env = {e["name"]: e["value"]
-               for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+        container = d["spec"]["template"]["spec"]["containers"][0]
+        if d["metadata"]["name"] == "rel-authority":
+            assert "tls://rel-nats:4222" in container["args"]
+            continue
+        env = {e["name"]: e["value"] for e in container["env"]}
         assert env["CAIRN_NATS_URL"] == "tls://rel-nats:4222"
+        assert env["CAIRN_CREDS"] == "/etc/cairn/kit/hub.creds"  # the hub's kit
     signer = deployments["rel-signer"]["spec"]["template"]["spec"]["containers"][0]
     assert "evidence_key=/etc/cairn/signer/signer.key" in signer["args"]
     (nats,) = [d for d in docs if d["kind"] == "StatefulSet"]

@@ -77,7 +77,7 @@ spec:
             - {name: CAIRN_LOG_FORMAT, value: {{ $root.Values.logFormat | quote }}}
             {{- if $root.Values.credentialsSecret }}
             - {name: CAIRN_TLS_CA, value: /etc/cairn/kit/ca.pem}
-            - {name: CAIRN_CREDS, value: "/etc/cairn/kit/{{ $name }}.creds"}
+            - {name: CAIRN_CREDS, value: "/etc/cairn/kit/{{ $root.Values.hubSite }}.creds"}
             {{- end }}
             {{- if $root.Values.tracing.otlpEndpoint }}
             - {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ $root.Values.tracing.otlpEndpoint | quote }}}
