@@ -217,7 +217,7 @@ class AgentService:
         accepted = DeploymentAccepted(
             id=f"{launch_id}.accepted", **base, job=cmd.job, site=self.site,  # type: ignore[arg-type]
             role=cmd.role, rank=cmd.rank, attempt=cmd.attempt, launch_id=launch_id,
-            gpus=gpus, resources=cmd.resources)
+            gpus=gpus, resources=cmd.resources.times(cmd.nodes))
         self.state = agent_state.apply(self.state, accepted)
         await self.bus.publish(accepted)
         platform: dict[str, Any] = {}
@@ -234,7 +234,7 @@ class AgentService:
             secret_refs={k: v.source for k, v in policy.secret_env.items()},
             datasets={k: DatasetMount(source=v.source, mode=v.mode)
                       for k, v in policy.datasets.items()},
-            timeout_s=cmd.timeout_s, platform=platform)
+            timeout_s=cmd.timeout_s, platform=platform, nodes=cmd.nodes)
         await self.bus.publish(request)
 
     async def _cancel(self, cmd: CancelCommand) -> None:

@@ -105,12 +105,13 @@ def schedule(job: JobState, study: StudyState, ctx: Context
                 continue
             status = ctx.sites.get(site)
             avail = free.get(site, Resources.zero())
-            if status is not None and status.online and role.resources.fits_in(avail):
-                free[site] = avail - role.resources
+            want = role.resources.times(role.nodes)
+            if status is not None and status.online and want.fits_in(avail):
+                free[site] = avail - want
                 deployments.append(Deployment(site=site, role=role.name, rank=placed))
                 placed += 1
             else:
-                reasons[site] = f"{role.name}: {_why_not(status, role.resources, avail)}"
+                reasons[site] = f"{role.name}: {_why_not(status, want, avail)}"
         if placed < need:
             reasons.setdefault("*", f"{role.name}: {placed} of {need} sites available")
             return None, reasons
@@ -128,6 +129,7 @@ def deploy_commands(job: JobState, deployments: list[Deployment], ctx: Context
         out.append(DeployCommand(**base, actor=job.actor, job=job.job, site=d.site,
                                  role=d.role, rank=d.rank, attempt=d.attempt,
                                  entrypoint=role.entrypoint, resources=role.resources,
+                                 nodes=role.nodes,
                                  image=job.spec.image, code_digest=job.spec.code_digest,
                                  params=job.spec.params, timeout_s=job.spec.timeout_s,
                                  peers=peers,

@@ -257,7 +257,7 @@ class LauncherService:
             gpus=list(req.gpus), millicpus=req.resources.millicpus,
             memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
             image=req.image or "", platform=dict(req.platform or {}),
-            gpus_requested=req.resources.gpus)
+            gpus_requested=req.resources.gpus, nodes=req.nodes)
 
     async def _guard(self, req: LaunchRequested) -> None:
         """Defence in depth: only what this site's study_runtime.yaml gives the study, and

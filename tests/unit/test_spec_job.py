@@ -314,3 +314,28 @@ def test_code_symlink_out_of_the_folder_is_refused(
 def test_code_folder_must_exist(base: Path) -> None:
     exc = error(base, MINIMAL.replace("code: app", "code: nope"))
     assert exc.field == "code" and "no such folder" in exc.message
+
+
+def test_a_role_may_span_several_nodes_within_bounds(base: Path) -> None:
+    job = spec(base, """\
+        name: ddp
+        code: ./app
+        roles:
+          trainer:
+            entrypoint: python train.py
+            resources: {gpus: 4, cpus: 8, memory: 64Gi, nodes: 2}
+        """)
+    role = job.roles["trainer"]
+    assert role.nodes == 2 and role.resources.gpus == 4  # per node
+    assert spec(base, MINIMAL).roles["client"].nodes == 1
+    for nodes, says in (("0", "must be 1 or more"), ("5000", "more than the limit of 4096"),
+                        ("two", "expected `int`")):
+        err = error(base, f"""\
+            name: ddp
+            code: ./app
+            roles:
+              trainer:
+                entrypoint: python train.py
+                resources: {{nodes: {nodes}}}
+            """)
+        assert says in str(err) and "job.yaml:6" in str(err), str(err)

@@ -114,10 +114,11 @@ def test_a_request_under_a_fresh_message_id_is_not_new() -> None:
 
 
 def deploy(image: str | None = None, gpus: int = 0, attempt: int = 0,
-           millicpus: int = 1000) -> ev.DeployCommand:
+           millicpus: int = 1000, nodes: int = 1) -> ev.DeployCommand:
     return ev.DeployCommand(**base(5), **ids("j-1", attempt), entrypoint="python x",  # type: ignore[arg-type]
                             image=image, resources=ev.Resources(gpus=gpus, millicpus=millicpus,
-                                                                memory_bytes=1 << 20))
+                                                                memory_bytes=1 << 20),
+                            nodes=nodes)
 
 
 def decide(cmd: ev.DeployCommand, state: agent_state.AgentState | None = None,
@@ -170,3 +171,19 @@ def test_the_launcher_refuses_gpus_its_backend_has_not() -> None:
     why = launch_state.unsupported(request, "process", frozenset({"cancel"}))
     assert why is not None and "gpu" in why and "process backend" in why
     assert launch_state.unsupported(request, "docker", frozenset({"gpu"})) is None
+
+
+def test_several_nodes_need_a_multi_node_backend_and_room_for_every_node() -> None:
+    refused = decide(deploy(nodes=2))
+    assert refused is not None and refused.reason == "site-policy"
+    assert refused.missing_capability == "multi-node" and "spans 2 nodes" in refused.message
+    batch = frozenset({"gpu", "multi-node"})
+    accepted = decide(deploy(nodes=2, millicpus=2000), caps=batch)
+    assert accepted is not None and accepted.accepted
+    # 3 nodes of 2 cpus is 6 cpus: within the study's 8, past the site's 4.
+    full = decide(deploy(nodes=3, millicpus=2000), caps=batch)
+    assert full is not None and full.reason == "infrastructure" and "6 cpus" in full.message
+    request = ev.LaunchRequested(**base(1), **ids("j-1"), launch_id=lid("j-1"),  # type: ignore[arg-type]
+                                 entrypoint="x", nodes=2)
+    assert "multi-node" in (launch_state.unsupported(request, "docker", frozenset()) or "")
+    assert launch_state.unsupported(request, "slurm", batch) is None

@@ -32,6 +32,7 @@ def request_of_spec(spec: JobSpec, code_digest: str | None) -> JobRequest:
             # RoleRequest says "all of the study's sites" with None.
             sites=None if role.sites == "all" else list(role.sites),
             min_sites=role.min_sites,
+            nodes=role.nodes,
         )
         for name, role in spec.roles.items()
     ]

@@ -40,6 +40,11 @@ class Resources(msgspec.Struct, frozen=True, kw_only=True):
         return Resources(gpus=self.gpus - other.gpus, millicpus=self.millicpus - other.millicpus,
                          memory_bytes=self.memory_bytes - other.memory_bytes)
 
+    def times(self, count: int) -> Resources:
+        """`count` of these (a worker on `count` nodes holds its resources on each)."""
+        return Resources(gpus=self.gpus * count, millicpus=self.millicpus * count,
+                         memory_bytes=self.memory_bytes * count)
+
     def fits_in(self, available: Resources) -> bool:
         """True when every amount is at most what `available` holds."""
         return (self.gpus <= available.gpus and self.millicpus <= available.millicpus
@@ -71,6 +76,7 @@ class RoleRequest(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         sites: The sites it may run on; None means all of the study's sites.
         min_sites: Sites needed to start and to finish (sites placement only).
+        nodes: Nodes each worker spans; `resources` is what it needs on each node.
     """
 
     name: str
@@ -79,6 +85,7 @@ class RoleRequest(msgspec.Struct, frozen=True, kw_only=True):
     placement: Placement = "sites"
     sites: list[str] | None = None
     min_sites: int | None = None
+    nodes: int = 1
 
 
 class RecipeRequirement(msgspec.Struct, frozen=True, kw_only=True):

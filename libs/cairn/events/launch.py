@@ -41,6 +41,8 @@ class LaunchRequested(Event, tag="launch.requested", frozen=True, kw_only=True):
     datasets: dict[str, DatasetMount] = {}
     timeout_s: float = 3600.0
     platform: dict[str, Any] = {}
+    nodes: int = 1
+    """Nodes the worker spans (`resources` per node): a multi-node batch job."""
 
 
 class LaunchCancel(Event, tag="launch.cancel", frozen=True, kw_only=True):

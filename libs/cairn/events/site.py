@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from cairn.events.base import Event
 from cairn.events.job import Resources
 
@@ -27,6 +29,9 @@ class DeployCommand(Event, tag="cmd.deploy", frozen=True, kw_only=True):
     params: dict[str, Any] = {}
     timeout_s: float = 3600.0
     peers: int = 1
+    nodes: int = 1
+    """Nodes the worker spans (`resources` is per node); more than 1 needs a multi-node
+    backend."""
     receipt: dict[str, Any] | None = None
     """For a job that requires a recipe: the coordinator's signed receipt (a DSSE envelope
     around a SLSA VSA v1 statement) naming the evidence that made this site eligible."""

@@ -36,6 +36,8 @@ _Scalar = int | float | str
 # forever for sites or retries without end.
 MAX_RETRIES = 100
 MAX_SITES = 10_000
+MAX_NODES = 4096
+"""The most nodes one worker may span (docs/limits.md)."""
 
 
 # --- the file as written (strict: an unknown key is an error) -------------------------------
@@ -45,6 +47,7 @@ class _RawResources(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gpus: _Scalar = 0
     cpus: _Scalar = 1
     memory: _Scalar = "512Mi"
+    nodes: int = 1
 
 
 class _RawRole(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -82,7 +85,8 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         entrypoint: The command the worker runs, split with `shlex` (see `argv`).
-        resources: What one worker of this role needs.
+        resources: What one worker of this role needs (on each node, for several nodes).
+        nodes: Nodes one worker spans (a multi-node batch job: a rank per node).
         placement: `hub` (the federation's hub site) or `sites` (one worker per chosen site).
         sites: `all` (every site of the study) or the chosen sites; only for `sites` roles.
         min_sites: Workers needed to start and to go on; None means every chosen site.
@@ -93,6 +97,7 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     placement: Placement
     sites: Literal["all"] | tuple[str, ...] = "all"
     min_sites: int | None = None
+    nodes: int = 1
 
     @property
     def argv(self) -> list[str]:
@@ -217,6 +222,10 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
         raise where.error((*res, "cpus"), "a worker needs more than 0 cpus")
     if resources.memory_bytes == 0:
         raise where.error((*res, "memory"), "a worker needs more than 0 memory")
+    nodes = raw.resources.nodes
+    if isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
+        raise where.error((*res, "nodes"), "must be 1 or more" if nodes < 1
+                          else f"{nodes} is more than the limit of {MAX_NODES}")
     placement = raw.placement or ("hub" if name == HUB_ROLE else "sites")
     written = where.raw(at) or {}
     if placement == "hub":
@@ -227,7 +236,8 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
                     "a hub role runs once, on the federation's hub "
                     "site; it takes no sites or min_sites",
                 )
-        return Role(entrypoint=raw.entrypoint, resources=resources, placement="hub")
+        return Role(entrypoint=raw.entrypoint, resources=resources, placement="hub",
+                    nodes=nodes)
     sites: Literal["all"] | tuple[str, ...]
     if isinstance(raw.sites, str):
         if raw.sites != "all":
@@ -253,6 +263,7 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
         placement="sites",
         sites=sites,
         min_sites=raw.min_sites,
+        nodes=nodes,
     )
 
 

@@ -104,8 +104,8 @@ def needed_capabilities(cmd: DeployCommand, default_image: str | None) -> dict[s
     needs: dict[str, str] = {}
     if cmd.resources.gpus > 0:
         needs[GPU] = f"it asks for {cmd.resources.gpus} GPU(s)"
-    # MULTI_NODE is declared by backends but no deployment can ask for several nodes yet:
-    # a job spec has no node count. The check belongs here once it does.
+    if cmd.nodes > 1:
+        needs[MULTI_NODE] = f"one worker spans {cmd.nodes} nodes"
     if cmd.image and cmd.image != default_image:
         needs[CONTAINERS] = f"it asks for the image {cmd.image}"
     return needs
@@ -158,8 +158,9 @@ def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
     if launch_id in state.decided:
         return None
     study = cmd.study or ""
-    decision = check_deployment(policy_file, runtime, study, cmd.resources, cmd.image,
-                                study_usage(state, study), job=cmd.job)
+    # A worker on several nodes holds its resources on each: limits and room see them all.
+    decision = check_deployment(policy_file, runtime, study, cmd.resources.times(cmd.nodes),
+                                cmd.image, study_usage(state, study), job=cmd.job)
     if not decision.accepted:
         return Verdict(launch_id=launch_id, reason=str(decision.cause),
                        message=decision.message)
@@ -171,7 +172,7 @@ def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
                 return Verdict(launch_id=launch_id, reason="site-policy",
                                missing_capability=name,
                                message=missing_capability_message(needs[name], name, *backend))
-    full = over_capacity(state, cmd.resources, inventory, cmd.site)
+    full = over_capacity(state, cmd.resources.times(cmd.nodes), inventory, cmd.site)
     if full is not None:
         return Verdict(launch_id=launch_id, reason="infrastructure", message=full)
     return Verdict(launch_id=launch_id,

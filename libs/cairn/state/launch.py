@@ -150,4 +150,7 @@ def unsupported(request: LaunchRequested, backend: str,
     if request.gpus and "gpu" not in capabilities:
         return (f"the worker asks for GPUs {', '.join(request.gpus)}, but this site's "
                 f"{backend} backend has no gpu capability")
+    if request.nodes > 1 and "multi-node" not in capabilities:
+        return (f"the worker spans {request.nodes} nodes, but this site's {backend} backend "
+                "has no multi-node capability")
     return None
