@@ -61,7 +61,7 @@ async def measure(samples: int = 8) -> dict[str, Any]:
             coord_rss = rss_mib(fed.process("coordinator").proc.pid)
             assert fed.nats is not None
             client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                                  actor=DEFAULT_ADMIN))
+                                                  actor=DEFAULT_ADMIN, **fed.client_options()))
             job_dir = Path(tmp) / "job"
             (job_dir / "app").mkdir(parents=True)
             (job_dir / "app" / "main.py").write_text(FIRST_LINE)

@@ -103,7 +103,7 @@ async def _measure(base: Path, fed: EmbeddedFederation, t0: float) -> dict[str, 
         setup_data.write(fed.dir / "sites", hub=fed.hub)
         assert fed.nats is not None
         client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                              actor=DEFAULT_ADMIN))
+                                              actor=DEFAULT_ADMIN, **fed.client_options()))
         try:
             plain = await _fedavg(client, _fedavg_job(base / "job1", rounds=3))
             _say(f"3-round job in {plain['submit_to_completed_s']}s")

@@ -147,8 +147,8 @@ async def record(out: Path, only: list[str]) -> None:
             await fed.wait_healthy(60)
             assert fed.nats is not None
             client = await Client.connect(Context(nats_url=fed.nats.url, study=STUDY,
-                                                  actor=DEFAULT_ADMIN))
-            bus = await Bus.connect(fed.nats.url)
+                                                  actor=DEFAULT_ADMIN, **fed.client_options()))
+            bus = await fed.bus()
             try:
                 for name, scenario in SCENARIOS.items():
                     if only and name not in only:

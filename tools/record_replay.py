@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from cairn import events as ev
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.client import Client
 from cairn.runtime.context import Context
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
@@ -42,7 +42,7 @@ async def record(out: Path) -> None:
             await fed.wait_healthy(60)
             assert fed.nats is not None
             client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                                  actor=DEFAULT_ADMIN))
+                                                  actor=DEFAULT_ADMIN, **fed.client_options()))
             app = Path(tmp) / "job" / "app"
             app.mkdir(parents=True)
             (app / "main.py").write_text("import os\nprint(os.environ['CAIRN_SITE'])\n")
@@ -55,7 +55,7 @@ async def record(out: Path) -> None:
                     await client.cancel(job)
                 await client.wait(job, timeout=60)
             await client.close()
-            bus = await Bus.connect(fed.nats.url)
+            bus = await fed.bus()
             raw = [item.raw async for item in replay(bus, "STUDY_demo")]
             await bus.close()
         finally:

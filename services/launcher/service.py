@@ -42,6 +42,7 @@ from cairn.launcher.backends.base import (
 from cairn.launcher.backends.errors import ImageNotApproved
 from cairn.launcher.records import LaunchRecord, kv_key
 from cairn.runtime.service import Runtime, ServiceConfig
+from cairn.spec.runtime import StudyRuntime, load_study_runtime
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import launch as launch_state
 from cairn.state.launch import Launches, LaunchState
@@ -58,6 +59,7 @@ class LauncherService:
             raise CairnError("the launcher needs --site-config (site.yaml)")
         self.config = config
         self.site_cfg: SiteConfig = load_site_config(config.site_config)
+        self._runtime_good: StudyRuntime | None = None
         self.site = self.site_cfg.site
         self.workdir = Path(self.site_cfg.workdir)
         self.backend: Backend | None = None
@@ -82,6 +84,10 @@ class LauncherService:
         return {"backend": self.site_cfg.backend, "workers": running}
 
     async def start(self, rt: Runtime) -> None:
+        try:
+            self._runtime_good = load_study_runtime(self.site_cfg.runtime)
+        except CairnError as exc:
+            log.warning("study_runtime.yaml not usable yet: %s", exc)
         self.rt = rt
         rt.site = self.site
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -264,10 +270,17 @@ class LauncherService:
         only the worker the coordinator asked for (see `cairn.trust.launchguard`)."""
         from cairn.bus import replay
         from cairn.events import STUDY_DECODER, DeployCommand
-        from cairn.spec.runtime import load_study_runtime
         from cairn.trust import launchguard
 
-        launchguard.check_against_runtime(req, load_study_runtime(self.site_cfg.runtime))
+        try:
+            runtime = load_study_runtime(self.site_cfg.runtime)
+            self._runtime_good = runtime
+        except CairnError:
+            # A broken edit leaves the last good file in force, as it does for the agent.
+            if self._runtime_good is None:
+                raise
+            runtime = self._runtime_good
+        launchguard.check_against_runtime(req, runtime)
         deploy = None
         study = req.study or ""
         async for item in replay(self.bus, subjects.study_stream(study).name, STUDY_DECODER,
@@ -279,6 +292,12 @@ class LauncherService:
     def _worker_creds(self, req: LaunchRequested) -> dict[str, str]:
         """In a secure federation, the worker's job-lifetime credential (secret files)."""
         if not self.config.creds:
+            return {}
+        if self.backend is not None and self.backend.name == "kubernetes":
+            # The Kubernetes backend takes secrets only as the cluster's own Secrets, and
+            # does not yet make one per worker: its workers get no job credential (see
+            # docs/security.md, known limits).
+            log.warning("kubernetes worker %s gets no job credential", req.launch_id)
             return {}
         from cairn.trust.workers import worker_secrets
 

@@ -18,8 +18,9 @@ async def cairn(fed: EmbeddedFederation, *args: str, study: str,
                 actor: str) -> tuple[int, str, str]:
     """`cairn ARGS` in a subprocess bound to `study` as `actor`: (exit code, stdout, stderr)."""
     assert fed.nats is not None
-    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_STUDY": study,
-           "CAIRN_ACTOR": actor, "CAIRN_CONTEXT": str(fed.dir / "no-context.yaml")}
+    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, **fed.client_env(actor),
+           "CAIRN_STUDY": study, "CAIRN_ACTOR": actor,
+           "CAIRN_CONTEXT": str(fed.dir / "no-context.yaml")}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cairn", *args, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

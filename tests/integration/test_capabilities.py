@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cairn import events as ev
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.integration.cp_helpers import default_policy, rewrite_runtime, study_events, write_job
@@ -16,7 +16,7 @@ from tests.integration.cp_helpers import default_policy, rewrite_runtime, study_
 
 async def test_each_launcher_declares_its_backend(federation: EmbeddedFederation) -> None:
     assert federation.nats is not None
-    bus = await Bus.connect(federation.nats.url)
+    bus = await federation.bus()
     try:
         declared = {r.event.site: r.event async for r in replay(
             bus, subjects.FEDERATION_STREAM.name, ev.FEDERATION_DECODER,

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from cairn import subjects
-from cairn.bus import Bus, replay
+from cairn.bus import replay
 from cairn.client import Client
 from cairn.events import FEDERATION_DECODER, SiteConfigLoaded, SiteConfigRejected
 from cairn.runtime.embedded import EmbeddedFederation
@@ -34,7 +34,7 @@ def peak_rss_kib(pid: int) -> int:
 
 async def site_facts(fed: EmbeddedFederation, site: str) -> list[object]:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         return [r.event async for r in replay(bus, subjects.FEDERATION_STREAM.name,
                                               FEDERATION_DECODER,
@@ -57,7 +57,7 @@ async def wait_rejected(fed: EmbeddedFederation, site: str, before: int,
 
 async def health(fed: EmbeddedFederation, service: str, site: str) -> dict[str, object]:
     assert fed.nats is not None
-    bus = await Bus.connect(fed.nats.url)
+    bus = await fed.bus()
     try:
         reply = await bus.request(subjects.health(service, site), b"", timeout=5)
         return dict(msgspec.json.decode(reply))

@@ -252,7 +252,7 @@ async def test_a_job_runs_in_a_container_at_a_docker_site(engine: DockerEngine,
         await fed.wait_healthy(60)
         assert fed.nats is not None
         client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
-                                              actor=DEFAULT_ADMIN))
+                                              actor=DEFAULT_ADMIN, **fed.client_options()))
         try:
             roles = ("roles:\n  client:\n"
                      f"    entrypoint: \"sh -c '{script}'\"\n"

@@ -44,7 +44,8 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation
 async def validate(fed: EmbeddedFederation, site: str) -> str:
     """Validate `site` with `cairn validate`; wait for the signer's evidence; its digest."""
     assert fed.nats is not None
-    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_ACTOR": DEFAULT_ADMIN}
+    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_ACTOR": DEFAULT_ADMIN,
+           **fed.client_env()}
     env.pop("CAIRN_CONTEXT", None)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cairn", "validate", "--site", site, "--recipe", RECIPE,

@@ -40,6 +40,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation
 async def cairn(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:
     assert fed.nats is not None
     env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_ACTOR": DEFAULT_ADMIN,
+           **fed.client_env(),
            "CAIRN_TRUST": str(fed.trust_file), "COLUMNS": "300"}
     env.pop("CAIRN_CONTEXT", None)
     proc = await asyncio.create_subprocess_exec(

@@ -39,7 +39,7 @@ def consumed_subjects() -> dict[str, str]:
 async def test_garbage_on_every_family_is_dead_lettered_and_nothing_stops(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     assert federation.nats is not None
-    bus = await Bus.connect(federation.nats.url)
+    bus = await federation.bus()
     try:
         targets = consumed_subjects()
         for n, subject in enumerate(targets):
@@ -77,7 +77,7 @@ async def test_every_message_says_its_content_type(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     assert federation.nats is not None
     seen: list[tuple[str, dict[str, str], bytes]] = []
-    bus = await Bus.connect(federation.nats.url)
+    bus = await federation.bus()
 
     async def note(msg: Any) -> None:
         seen.append((msg.subject, dict(msg.headers or {}), bytes(msg.data)))

@@ -11,7 +11,7 @@ from cairn.runtime.embedded import EmbeddedFederation
 
 async def probe(fed: EmbeddedFederation, *args: str) -> tuple[int, str]:
     assert fed.nats is not None
-    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url}
+    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, **fed.client_env()}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cairn.runtime.health", *args, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -41,8 +41,9 @@ def write_job(tmp: Path) -> Path:
     return spec
 
 
-async def submit_by_cli(url: str, spec: Path, endpoint: str) -> str:
-    env = {**os.environ, "CAIRN_NATS_URL": url, "CAIRN_STUDY": "demo",
+async def submit_by_cli(url: str, spec: Path, endpoint: str,
+                        auth: dict[str, str] | None = None) -> str:
+    env = {**os.environ, "CAIRN_NATS_URL": url, "CAIRN_STUDY": "demo", **(auth or {}),
            "CAIRN_ACTOR": DEFAULT_ADMIN, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
     env.pop("CAIRN_CONTEXT", None)
     proc = await asyncio.create_subprocess_exec(
@@ -69,7 +70,7 @@ async def test_a_two_site_job_is_one_trace(tmp_path: Path) -> None:
             await fed.wait_healthy(60)
             assert fed.nats is not None
             job_id = await submit_by_cli(fed.nats.url, write_job(tmp_path / "job"),
-                                         receiver.endpoint)
+                                         receiver.endpoint, fed.client_env())
             client = await connect(fed)
             try:
                 final = await client.wait(job_id, timeout=120)

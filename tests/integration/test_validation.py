@@ -41,6 +41,7 @@ async def cairn(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:
     """Run the `cairn` command against the federation; (exit code, stdout, stderr)."""
     assert fed.nats is not None
     env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_ACTOR": DEFAULT_ADMIN,
+           **fed.client_env(),
            "COLUMNS": "400"}  # wide enough that rich never wraps a remediation
     env.pop("CAIRN_CONTEXT", None)
     proc = await asyncio.create_subprocess_exec(

@@ -59,8 +59,9 @@ class EmbeddedFederation:
     """Site -> more site.yaml keys (a backend's section, e.g. `slurm: {driver: rest, ...}`)."""
     nats: NatsServer | None = None
     processes: list[Process] = field(default_factory=list)
-    secure: bool = False
-    """TLS, provisioned identities and the authority (see `cairn.runtime.secure`)."""
+    secure: bool = True
+    """TLS, provisioned identities and the authority (see `cairn.runtime.secure`); False
+    only for `cairn up --insecure`."""
     trust: Trust | None = None
     _fork: bool = field(default=False, repr=False)
 
@@ -274,6 +275,14 @@ class EmbeddedFederation:
         admin's); empty for an insecure federation."""
         if self.trust is None:
             return {}
+        if not self.trust.kit(actor).exists() and "@" in actor:
+            # An admin added to a study at run time: give it a credential of its own (this
+            # federation's root is at hand), so what it signs is its own.
+            from cairn.trust.provision import admin_kit
+
+            assert self.nats is not None
+            admin_kit(self.trust.dir, actor, org=actor.split("@", 1)[1], url=self.nats.url,
+                      federation="local")
         kit = actor if self.trust.kit(actor).exists() else DEFAULT_ADMIN
         return {"creds": str(self.trust.creds(kit)), "tls_ca": str(self.trust.ca)}
 

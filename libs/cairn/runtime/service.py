@@ -25,6 +25,7 @@ from cairn import api, subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
 from cairn.errors import CairnError
 from cairn.runtime.logs import setup_logging
+from cairn.trust.requests import RAW_REQUEST
 
 T = TypeVar("T")
 ApiHandler = Callable[[api.Envelope, subjects.ApiAddress], Awaitable[api.Result]]
@@ -107,6 +108,7 @@ class Runtime:
         `Result` (or the `CairnError` it raises) is the reply."""
 
         async def on_request(msg: Any) -> bytes:
+            RAW_REQUEST.set(bytes(msg.data or b""))  # what a signature is checked over
             address = subjects.parse_api(msg.subject)
             envelope = api.decode_envelope(msg.data or b"", verb=address.verb,
                                            study=address.study)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from cairn import subjects
+from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.trust.credentials import Identity, Kind
 
 JS = "$JS.API"
@@ -115,9 +116,14 @@ def _site(site: str, studies: list[str], membership: Mapping[str, Membership],
         f"{JS}.STREAM.INFO.{subjects.DEADLETTER_STREAM.name}",
         f"$KV.{subjects.KV_SITES}.{site}", f"$KV.{subjects.kv_launches(site)}.>",
         f"$O.{subjects.OBJ_SNAPSHOTS}.>",
-        subjects.site_studies(site),
+        f"{subjects.ROOT}.api.site.{site}.*", f"{subjects.ROOT}.health.*.{site}",
+        # Node-collection jobs onto itself (checked again by the coordinator).
+        subjects.api_study(VALIDATION_STUDY, "submit"),
+        subjects.api_study(VALIDATION_STUDY, "job"), subjects.api_study(VALIDATION_STUDY, "jobs"),
         subjects.deadletter(subjects.site_stream(site).name),
         subjects.deadletter(subjects.FEDERATION_STREAM.name),
+        subjects.deadletter(_kv(subjects.kv_launches(site))),
+        subjects.deadletter(_kv(subjects.KV_SITES)),
     ]
     # No stream is created or changed by a site: a stream's subjects are chosen by its
     # creator, so creating one could capture subjects the site may not read. The authority
@@ -145,7 +151,8 @@ def _admin(identity: Identity, studies: list[str], membership: Mapping[str, Memb
            inbox: str) -> Permissions:
     if identity.admin_role == "project_admin":
         return _project_admin(inbox)
-    pub: list[str] = [subjects.api_fed_all(), f"{subjects.ROOT}.health.>", f"{JS}.INFO"]
+    pub: list[str] = [subjects.api_fed_all(), f"{subjects.ROOT}.health.>", f"{JS}.INFO",
+                      f"{JS}.STREAM.NAMES"]
     for stream in (subjects.FEDERATION_STREAM.name, _kv(subjects.KV_SITES),
                    subjects.EVIDENCE_STREAM.name, _obj(subjects.OBJ_EVIDENCE),
                    _obj(subjects.OBJ_SNAPSHOTS)):
@@ -160,7 +167,7 @@ def _admin(identity: Identity, studies: list[str], membership: Mapping[str, Memb
         pub += _read_stream(_obj(artifacts))
         sites |= membership[study].sites if study in membership else set()
     for site in sorted(sites):
-        pub.append(subjects.site_logs(site))
+        pub += [subjects.site_logs(site), subjects.site_snapshot_request(site)]
     return Permissions(pub_allow=_unique(pub), sub_allow=(inbox,))
 
 
@@ -168,7 +175,8 @@ def _project_admin(inbox: str) -> Permissions:
     # Every study, present and future, by wildcard: a new study changes nothing here, so
     # creating one does not disconnect the admin who created it.
     pub = [subjects.api_fed_all(), subjects.api_study_all(), f"{subjects.ROOT}.health.>",
-           f"{subjects.ROOT}.api.site.*.logs", _any_verb(subjects.api_validation("any")),
+           f"{subjects.ROOT}.api.site.*.logs", f"{subjects.ROOT}.api.site.*.snapshot",
+           _any_verb(subjects.api_validation("any")),
            f"{JS}.INFO", f"{JS}.STREAM.NAMES", "$O.*.>",
            f"{JS}.STREAM.MSG.DELETE.{subjects.DEADLETTER_STREAM.name}"]
     for stream in ("*", ):
@@ -187,7 +195,8 @@ def _worker(identity: Identity, studies: list[str], inbox: str) -> Permissions:
     artifacts = _obj(subjects.obj_artifacts(study))
     pub = [
         _any_verb(subjects.job_worker(study, job, identity.site, identity.role, "any")), data,
-        f"$O.{subjects.obj_artifacts(study)}.>", f"{JS}.INFO",
+        # STREAM.NAMES: nats-py finds an object store's stream by subject when it reads one.
+        f"$O.{subjects.obj_artifacts(study)}.>", f"{JS}.INFO", f"{JS}.STREAM.NAMES",
         f"{JS}.STREAM.INFO.{study_stream}", f"{JS}.STREAM.INFO.{data_stream}",
         # Reads of the study's streams only through consumers filtered on this job.
         f"{JS}.CONSUMER.CREATE.{study_stream}.*.{job_events}",

@@ -166,6 +166,24 @@ def provision(fed: Federation, out: Path, *, url: str, hosts: list[str], port: i
     return made
 
 
+def admin_kit(out: Path, name: str, *, org: str, role: str = "member", url: str,
+              federation: str) -> Path:
+    """The kit of admin `name`, made when missing (an admin added to a study after
+    provisioning still needs a credential of its own to sign with)."""
+    kit = out / "kits" / name
+    if kit.exists():
+        return kit
+    from cairn.spec.federation import ADMIN_NAME
+
+    if not ADMIN_NAME.fullmatch(name):
+        raise InvalidInput(f"{name!r} is not an admin name (name@org)", field="admin")
+    root = (out / "root" / "root.nk").read_text().strip()
+    seed = new_seed(KeyKind.USER)
+    identity = Identity(kind=Kind.ADMIN, name=name, org=org, admin_role=role)
+    return _write_kit(out, identity, issue(identity, public_key(seed), root), seed, url=url,
+                      federation=federation)
+
+
 # -- distributed provisioning ------------------------------------------------------------
 
 def request_site(site: str, org: str, kit: Path) -> Path:

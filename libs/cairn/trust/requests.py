@@ -128,6 +128,9 @@ class RequestVerifier:
             raise PermissionDenied(f"a request may be valid for at most {MAX_LIFETIME_S:g}s",
                                    field="expires")
         self._remember(envelope.nonce or "", expires, t)
+        if signer.identity.kind is Kind.SITE:
+            _check_site_request(signer.identity, envelope)
+            return envelope
         return msgspec.structs.replace(envelope, actor=actor_of(signer.identity,
                                                                 envelope.actor))
 
@@ -140,6 +143,26 @@ class RequestVerifier:
             raise PermissionDenied("replayed request: this nonce was used before",
                                    field="nonce")
         self._nonces[nonce] = expires
+
+
+def _check_site_request(identity: Identity, envelope: api.Envelope) -> None:
+    """A site may submit jobs only in the check-job study and only onto itself (the
+    snapshotter's node-collection jobs), in the name of the admin it states."""
+    from cairn.spec.runtime import VALIDATION_STUDY
+
+    request = envelope.request
+    if envelope.study != VALIDATION_STUDY:
+        raise PermissionDenied(f"a site may make requests only in study {VALIDATION_STUDY}",
+                               field="key_id")
+    if isinstance(request, api.JobShow | api.JobList | api.StudyShow):
+        return
+    if not isinstance(request, api.Submit):
+        raise PermissionDenied("a site may only submit and read its own check jobs",
+                               field="key_id")
+    for role in request.spec.roles:
+        if list(role.sites or ()) != [identity.site]:
+            raise PermissionDenied(f"site {identity.site} may submit jobs only onto itself",
+                                   field="roles")
 
 
 def actor_of(identity: Identity, claimed: str | None) -> str:
