@@ -137,3 +137,45 @@ async def test_unauthenticated_foreign_expired_and_revoked_clients_are_refused_a
     # Everyone else still gets in.
     ok = await connect_as(fed, _kit(fed, "site-a"))
     await ok.close()
+
+
+async def _may_subscribe(fed: EmbeddedFederation, creds: Path, subject: str) -> bool:
+    probe = await connect_as(fed, creds)
+    try:
+        await probe.nc.subscribe(subject)
+        await probe.nc.flush(timeout=5)
+        await asyncio.sleep(0.2)
+        return not probe.refused(f'subscription to "{subject}"')
+    finally:
+        await probe.close()
+
+
+async def test_membership_changes_reach_the_broker_within_seconds(
+        secure_fed: EmbeddedFederation) -> None:
+    fed = secure_fed
+    admin = await _admin(fed)
+    await admin.study_create(SECRET, ["site-a"], [StudyAdmin(name=DEFAULT_ADMIN, org="coord",
+                                                             role="lead")])
+    await admin.close()
+    commands = subjects.site_cmds(SECRET, "site-b")
+    creds = _kit(fed, "site-b")
+    assert not await _may_subscribe(fed, creds, commands)
+    secret = await _admin(fed, SECRET)
+    try:
+        # A connection open across the change is renewed under the new rules by itself.
+        live = await connect_as(fed, creds, reconnect=True)
+        await secret.study_add_site("site-b")
+        deadline = time.monotonic() + 5
+        while not await _may_subscribe(fed, creds, commands):
+            assert time.monotonic() < deadline, "site-b was not let in within 5 s"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        assert live.nc.is_connected and live.nc.stats["reconnects"] >= 1
+        await live.close()
+        await secret.study_remove_site("site-b")
+        deadline = time.monotonic() + 5
+        while await _may_subscribe(fed, creds, commands):
+            assert time.monotonic() < deadline, "site-b kept its rights for over 5 s"
+            await asyncio.sleep(0.1)
+    finally:
+        await secret.close()
