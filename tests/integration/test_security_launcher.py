@@ -81,3 +81,46 @@ async def test_a_launch_the_site_did_not_accept_is_refused(
     exited = await _exit_of(secure_fed, forged.launch_id)
     assert exited.reason == "launch-failed", exited
     assert not marker.exists(), "the forged command ran"
+
+
+async def test_an_event_whose_content_is_not_its_subjects_owner_is_dead_lettered(
+        secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
+    """site-a may write its own job events, but one that says it is about site-b's worker
+    is a forgery: the coordinator dead-letters it and the job is not failed."""
+    import msgspec
+
+    from cairn.client import Client
+    from cairn.events import DEADLETTER_DECODER, DeadLettered
+    from cairn.runtime.context import Context
+    from tests.integration.cp_helpers import write_job
+    from tests.integration.security_helpers import connect_as
+
+    fed = secure_fed
+    assert fed.nats is not None and fed.trust is not None
+    client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
+                                          **fed.client_options()))
+    site_a = await connect_as(fed, fed.trust.creds("site-a"))
+    try:
+        job = await client.submit(write_job(tmp_path / "job", script="import time\n"
+                                            "time.sleep(2)\n"))
+        forged = msgspec.convert({
+            "type": "worker.exited", "id": "forged-exit", "at": "2026-01-01T00:00:00Z",
+            "study": "demo", "source": "launcher@site-b", "job": job, "site": "site-b",
+            "role": "client", "launch_id": f"{job}/site-b/client/0/0", "exit_code": 1,
+            "reason": "crashed"}, WorkerExited)
+        subject = subjects.job_site("demo", job, "site-a", "exited")  # site-a's own subject
+        await site_a.nc.publish(subject, msgspec.json.encode(forged))
+        await site_a.nc.flush(timeout=5)
+        final = await client.wait(job, timeout=60)
+        assert final.state == "completed", final.cause
+        bus = await fed.bus()
+        try:
+            letters = [r.event async for r in replay(bus, subjects.DEADLETTER_STREAM.name,
+                                                     DEADLETTER_DECODER)
+                       if isinstance(r.event, DeadLettered) and r.event.subject == subject]
+        finally:
+            await bus.close()
+        assert letters and "not its owner's subject" in letters[0].error
+    finally:
+        await site_a.close()
+        await client.close()

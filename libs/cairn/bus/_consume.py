@@ -22,7 +22,8 @@ from nats.js.errors import NotFoundError
 
 from cairn import subjects, telemetry
 from cairn.bus._connection import MSG_ID, Bus
-from cairn.events import DeadLettered, stamp
+from cairn.errors import CairnError
+from cairn.events import DeadLettered, Event, stamp, tag_of
 from cairn.events.decoding import decode_with
 
 log = logging.getLogger("cairn.bus")
@@ -186,6 +187,15 @@ class Subscription(Generic[T]):
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self._dead_letter(msg, delivery, f"undecodable: {exc}")
             return
+        misplaced = _misplaced(event, msg.subject)
+        if misplaced:
+            # The broker lets only a subject's owner publish on it; an event whose content
+            # belongs on another subject (a site claiming another site's worker, say) is a
+            # forgery or a bug, and is never acted on.
+            log.error("dead-lettering %s seq %d: %s", msg.subject, delivery.stream_seq,
+                      misplaced)
+            await self._dead_letter(msg, delivery, misplaced)
+            return
         try:
             with telemetry.consumer_span(msg.subject, headers, consumer=self.durable,
                                          message_id=headers.get(MSG_ID), event=event):
@@ -226,3 +236,16 @@ async def _quiet(call: Awaitable[Any]) -> None:
         await call
     except Exception as exc:
         log.debug("ack/nak failed: %s", exc)
+
+
+def _misplaced(event: object, subject: str) -> str:
+    """Why an event does not belong on the subject it came on ("" when it does)."""
+    if not isinstance(event, Event):
+        return ""
+    try:
+        expected = subjects.subject_of(event)
+    except CairnError as exc:
+        return f"not its owner's subject: {exc}"
+    if expected != subject:
+        return f"not its owner's subject: this {tag_of(event)} belongs on {expected}"
+    return ""
