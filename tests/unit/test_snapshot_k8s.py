@@ -66,6 +66,8 @@ def test_operators_and_images() -> None:
     assert cluster["K8s.namespace.gpu-operator"] is True
     assert cluster["K8s.deployment.gpu-operator/gpu-operator"] == "1/1"
     assert cluster["K8s.image.nvcr.io/nvidia/gpu-operator"] == "v25.3.0"
+    # The reading the catalog's GPU Operator floors test (mixins/gpu-operator-floor-*.yaml).
+    assert cluster["Deployment.gpu-operator.version"] == "v25.3.0"
     assert cluster["K8s.image.602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/coredns"] == (
         "v1.11.4-eksbuild.2"
     )

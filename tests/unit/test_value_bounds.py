@@ -189,3 +189,9 @@ def test_recipe_node_counts_have_a_bound(tmp_path: Path) -> None:
         load_catalog(root)
     assert err.value.file == "overlays/huge.yaml"
     assert "1000000000 is more than the limit of 100000 nodes" in err.value.message
+
+
+def test_every_shipped_recipe_tests_only_readings_something_produces() -> None:
+    from cairn.recipes import default_catalog_dir
+
+    assert lint_catalog(load_catalog(default_catalog_dir())) == []

@@ -25,7 +25,7 @@ COLLECTED: dict[str, tuple[str, ...]] = {
     "os": ("OS.grub.*", "OS.kmod.*", "OS.release.*", "OS.sysctl.*"),
     "k8s": (
         "K8s.server.*", "K8s.node.*", "K8s.label.*", "K8s.taint.*", "K8s.deployment.*",
-        "K8s.image.*", "K8s.namespace.*",
+        "K8s.image.*", "K8s.namespace.*", "Deployment.*.version",
     ),
     "slurm": (
         "Slurm.cluster.gpu-count", "Slurm.cluster.name", "Slurm.cluster.node-count",

@@ -3,7 +3,8 @@ them, Cairn names for GPU resources, labels and taints).
 
     cluster: K8s.server.{version, gitVersion, goVersion, platform}
              K8s.namespace.<name> = true, K8s.deployment.<ns>/<name> = "ready/desired",
-             K8s.image.<repository> = tag (deployments' container images, AICR K8s.image.*)
+             K8s.image.<repository> = tag (deployments' container images, AICR K8s.image.*),
+             Deployment.<name>.version = its first container's image tag
     node:    K8s.node.{source-node, provider, provider-id, container-runtime-id,
                        container-runtime-name, container-runtime-version, kubelet-version,
                        kernel-version, operating-system, os-image, architecture,
@@ -109,11 +110,15 @@ def _image_readings(deployments: Iterable[dict[str, Any]]) -> dict[str, Reading]
         ready, desired = status.get("readyReplicas") or 0, spec.get("replicas", 1)
         out[f"K8s.deployment.{meta.get('namespace')}/{meta.get('name')}"] = f"{ready}/{desired}"
         containers = spec.get("template", {}).get("spec", {}).get("containers", [])
-        for container in containers:
+        for index, container in enumerate(containers):
             image = str(container.get("image", "")).split("@", 1)[0]
             repo, sep, tag = image.rpartition(":")
             if sep and "/" not in tag:  # a colon in the registry port is not a tag
                 out[f"K8s.image.{repo}"] = tag
+                if index == 0 and meta.get("name"):
+                    # AICR's Deployment.<name>.version: what a deployed component runs, e.g.
+                    # the GPU Operator's v24.9.0 (its main container's image tag).
+                    out[f"Deployment.{meta['name']}.version"] = tag
             elif image:
                 out[f"K8s.image.{image}"] = "latest"
     return out
