@@ -28,21 +28,23 @@ from typing import TYPE_CHECKING, TypeVar
 from cairn import api, subjects
 from cairn import codebundle as bundle
 from cairn.api import FederationInfo, SiteInfo
-from cairn.bus import Bus, objects, replay
+from cairn.bus import Bus, objects
 from cairn.client import deadletters
+from cairn.client.connect import connect as connect_bus
 from cairn.client.deadletters import DeadLetter, delete_message, get_message
+from cairn.client.history import study_events, study_replay
 from cairn.client.jobrequest import JobRequest, request_of_spec, request_of_submitted
 from cairn.client.logs import LogChunk, worker_logs
 from cairn.client.payload import check_fits
-from cairn.client.timeline import TimelineEntry, entry
-from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable
-from cairn.events import STUDY_DECODER, StudyAdmin
+from cairn.client.timeline import TimelineEntry
+from cairn.errors import InvalidInput, NotFound, Timeout
+from cairn.events import StudyAdmin
 from cairn.names import check_name
 from cairn.runtime import context as context_file
 from cairn.spec.job import load_job_spec
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
-from cairn.state.view import StudyView, fold
+from cairn.state.view import StudyView
 from cairn.trust.requests import RequestSigner
 
 if TYPE_CHECKING:
@@ -91,25 +93,8 @@ class Client:
         """
         ctx = context or context_file.load()
         assert ctx is not None  # load(required=True) raises instead of returning None
-        limit = min(request_timeout, 5.0)
-        try:
-            # Bounded here too: nats.py keeps retrying an unreachable first server forever
-            # when reconnects are allowed, and a command must fail instead of hanging.
-            bus = await asyncio.wait_for(
-                Bus.connect(
-                    ctx.nats_url,
-                    name="cairn-client",
-                    tls=context_file.tls_context(ctx.tls_ca, ctx.tls_cert, ctx.tls_key),
-                    creds=ctx.creds,
-                    connect_timeout=limit,
-                ),
-                limit + 1.0,
-            )
-        except TimeoutError:
-            raise Unavailable(
-                f"cannot reach NATS at {ctx.nats_url} (no answer within "
-                f"{limit + 1.0:g}s): is the federation up?"
-            ) from None
+        bus = await connect_bus(ctx, name="cairn-client",
+                                limit=min(request_timeout, 5.0))
         return cls(
             bus,
             study=study or os.environ.get("CAIRN_STUDY") or ctx.study,
@@ -385,35 +370,13 @@ class Client:
     ) -> AsyncIterator[TimelineEntry]:
         """The study's events as timeline entries: the last `tail` (all when None), then,
         with `follow`, new ones as they are stored (until `timeout`, if given)."""
-        stream = subjects.study_stream(self.study).name
-        filters = [subjects.job_all(self.study, job)] if job else []
-        backlog = [entry(r) async for r in replay(self._bus, stream, STUDY_DECODER,
-                                                  filters=filters)]
-        if tail is not None:
-            backlog = backlog[-tail:] if tail > 0 else []
-        last = max((e.seq for e in backlog), default=0)
-        for e in backlog:
+        async for e in study_events(self._bus, self.study, tail=tail, follow=follow,
+                                    poll=poll, job=job, timeout=timeout):
             yield e
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while follow and (deadline is None or time.monotonic() < deadline):
-            await asyncio.sleep(poll)
-            # Repeated bounded replays from the last seen sequence: each one ends where the
-            # stream ends, so nothing is missed and nothing is yielded twice.
-            async for r in replay(
-                self._bus, stream, STUDY_DECODER, filters=filters, start_seq=last + 1
-            ):
-                last = max(last, r.seq)
-                yield entry(r)
 
     async def replay(self, job: str | None = None) -> tuple[StudyView, list[TimelineEntry]]:
         """Fold the study's stream (or one job's subjects): the state and the timeline."""
-        stream = subjects.study_stream(self.study).name
-        filters = [subjects.job_all(self.study, job)] if job else []
-        items = [r async for r in replay(self._bus, stream, STUDY_DECODER, filters=filters)]
-        view = fold(r.event for r in items if r.event is not None)
-        if job is not None and job not in view.jobs:
-            raise NotFound(f"job {job} has no events in {stream}")
-        return view, [entry(r) for r in items]
+        return await study_replay(self._bus, self.study, job)
 
     # -- dead letters (federation-wide; see cairn.client.deadletters) ----------------------------
 
