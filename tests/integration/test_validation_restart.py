@@ -10,7 +10,7 @@ import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cairn import subjects
+from cairn import api, subjects
 from cairn.client.validation import follow
 from cairn.events import ValidationStarted
 from cairn.runtime.embedded import DEFAULT_ADMIN
@@ -28,10 +28,10 @@ async def test_a_run_cut_off_by_a_validator_crash_ends_as_error(tmp_path: Path) 
         bus = await fed.bus()
         try:
             since = datetime.now(UTC)
-            reply = json.loads(await bus.request(
-                subjects.api_validation("run"),
-                json.dumps({"actor": DEFAULT_ADMIN, "args": {
-                    "site": "site-a", "recipe": "cpu-linux-process"}}).encode(), timeout=30))
+            envelope = api.Envelope(request=api.ValidationRun(
+                site="site-a", recipe="cpu-linux-process"), actor=DEFAULT_ADMIN)
+            reply = json.loads(await bus.request(subjects.api_validation("run"),
+                                                 api.encode_envelope(envelope), timeout=30))
             run = reply["result"]["run"]
             subject = subjects.validation_all("site-a", "cpu-linux-process")
             for _ in range(500):  # until the run is under way
