@@ -7,6 +7,9 @@ a participant's own credential, as an attacker at that site would.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -137,6 +140,16 @@ async def test_unauthenticated_foreign_expired_and_revoked_clients_are_refused_a
     # Everyone else still gets in.
     ok = await connect_as(fed, _kit(fed, "site-a"))
     await ok.close()
+    # The CLI without a credential: one line saying why, exit 5 (7 without the CA).
+    assert fed.nats is not None
+    env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, "CAIRN_TLS_CA": str(fed.trust.ca),
+           "CAIRN_CONTEXT": str(tmp_path / "none.yaml")}
+    env.pop("CAIRN_CREDS", None)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "cairn", "site",
+                                                    "list"], env=env, capture_output=True,
+                                   text=True, timeout=60)
+    assert done.returncode == 5, done.stderr
+    assert "refused this connection" in done.stderr and "Traceback" not in done.stderr
 
 
 async def _may_subscribe(fed: EmbeddedFederation, creds: Path, subject: str) -> bool:

@@ -20,7 +20,7 @@ from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavaila
 
 from cairn import api, subjects, telemetry
 from cairn.bus._streams import ensure_stream
-from cairn.errors import CairnError, NotFound, Timeout, Unavailable
+from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
 from cairn.events import Event, encode
 from cairn.subjects import StreamSpec
 
@@ -99,7 +99,23 @@ class Bus:
         async def reconnected() -> None:
             await note("reconnected")
 
+        refused: list[CairnError] = []
+        refusal = asyncio.Event()
+        where = ", ".join(servers)
+
         async def error(exc: Exception) -> None:
+            text = str(exc).lower()
+            if "authorization violation" in text:
+                refused.append(PermissionDenied(
+                    f"NATS at {where} refused this connection ({exc}): a credential of this "
+                    "federation is needed (the context's creds, $CAIRN_CREDS or --creds), "
+                    "not revoked or expired"))
+                refusal.set()
+            elif "certificate verify failed" in text:
+                refused.append(Unavailable(
+                    f"NATS at {where}: its certificate is not trusted ({exc}): give the "
+                    "federation CA (the context's tls_ca, $CAIRN_TLS_CA or --tls-ca)"))
+                refusal.set()
             # The server refuses what an identity may not do without raising anywhere else.
             if "permissions violation" in str(exc).lower():
                 log.warning("nats refused: %s", exc)
@@ -111,13 +127,23 @@ class Bus:
                 # nats.connect retries an unreachable first server forever when reconnects
                 # are allowed: probe it first, and bound the handshake.
                 await _probe(servers, connect_timeout)
-                nc = await asyncio.wait_for(nats.connect(
+                connecting = asyncio.ensure_future(nats.connect(
                     servers, name=name, tls=tls, **auth,
                     connect_timeout=int(max(1, connect_timeout)), allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
                     pending_size=64 * 1024 * 1024,
-                ), timeout=connect_timeout + 3.0)
+                ))
+                nc = await _connected_or_refused(connecting, refusal, connect_timeout + 3.0)
+                if nc is None:
+                    if time.monotonic() >= deadline:
+                        raise refused[-1]
+                    # A service waits out an authority that is (re)starting.
+                    log.warning("%s; retrying", refused[-1])
+                    refusal.clear()
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
                 bus = cls(nc, name=name)
                 bus.creds = creds
                 return bus
@@ -321,6 +347,22 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+
+
+async def _connected_or_refused(connecting: asyncio.Future[Client], refusal: asyncio.Event,
+                                timeout: float) -> Client | None:
+    """The connection, or None once the server refused its authorization (nats-py would
+    otherwise keep retrying a refused first connection until the timeout)."""
+    refused: asyncio.Future[Any] = asyncio.ensure_future(refusal.wait())
+    waiting: set[asyncio.Future[Any]] = {connecting, refused}
+    done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    refused.cancel()
+    if connecting in done:
+        return connecting.result()
+    connecting.cancel()
+    if refusal.is_set():
+        return None
+    raise TimeoutError
 
 
 async def _probe(servers: list[str], timeout: float) -> None:
