@@ -78,6 +78,8 @@ async def test_an_admin_of_one_study_is_refused_in_another(fed: EmbeddedFederati
     try:
         with pytest.raises(Timeout):  # the broker drops it: alice may not publish there
             await alice.jobs()
+        # Federation-wide reads are scoped too: she lists only the studies she is in.
+        assert sorted(s.name for s in await alice.study_list()) == ["demo", "study-a"]
     finally:
         await alice.close()
     subject = subjects.api_study("study-b", "jobs")
