@@ -22,10 +22,8 @@ sha256; the spec's `study:` wins over the session's study. With --watch, show
 live progress per site and role until the job ends, then exit 0 if it
 completed and 1 if it failed, was aborted or was unschedulable.
 
-\b
-The actor (--actor or $CAIRN_ACTOR) is TAKEN ON TRUST until the security work
-lands: the coordinator checks the actor's role in the study but cannot tell
-who really sent the request.
+In a secure federation the request is signed with the session's credential and
+the coordinator records the signer as the job's actor.
 """
 
 
