@@ -61,10 +61,10 @@ def test_help_of_every_command_says_what_it_does(path: tuple[str, ...]) -> None:
     assert len(out.split("\n\n")[1].strip()) > 10
 
 
-def test_submit_help_says_the_actor_is_taken_on_trust() -> None:
+def test_submit_help_says_the_request_is_signed() -> None:
     code, out, _ = cairn("job", "submit", "--help")
     assert code == 0
-    assert "TAKEN ON TRUST" in out
+    assert "signed" in out and "TAKEN ON TRUST" not in out
 
 
 def test_submit_of_a_bad_spec_names_file_line_and_field(

@@ -101,8 +101,10 @@ class FakeBus:
         self.subs.append(entry)
         return FakeSub(self, entry)
 
-    async def publish_bytes(self, subject: str, payload: bytes, *, msg_id: str) -> int:
+    async def publish_bytes(self, subject: str, payload: bytes, *, msg_id: str,
+                            content_type: str = "application/json") -> int:
         assert len(payload) <= self.nc.max_payload, "a payload over the server's limit"
+        assert content_type == "application/msgpack", "data-plane envelopes are MessagePack"
         msg = FakeMsg(subject, payload)
         self.stream.append(msg)
         for pattern, cb in list(self.subs):

@@ -90,8 +90,9 @@ def _ext_hook(code: int, data: memoryview) -> Any:
             raise InvalidInput(f"refusing an array of dtype {dtype}")
         # A copy: frombuffer over the message would be read-only and pin the whole buffer.
         return np.frombuffer(data[4 + size:], dtype=dtype).reshape(shape).copy()
-    except (TypeError, ValueError) as exc:
-        # A dtype numpy does not know, a shape the bytes do not fill: garbage, not a crash.
+    except (TypeError, ValueError, SyntaxError) as exc:
+        # A dtype numpy does not know (its parser raises SyntaxError for some, e.g. ","), a
+        # shape the bytes do not fill: garbage, not a crash.
         raise InvalidInput(f"not an array: {exc}") from None
 
 
