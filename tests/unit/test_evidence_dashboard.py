@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
+import pytest
 import yaml
 
 from cairn.evidence import bundle as bundles
@@ -21,6 +22,15 @@ from tests.unit.test_evidence_cli import cairn
 LAB_A, LAB_B, STRANGER = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
 TRUST = ev.trust_of(("lab-a", "community", LAB_A), ("lab-b", "site", LAB_B))
 NOW = datetime.now(UTC)
+
+
+@pytest.fixture(autouse=True)
+def fresh_now() -> None:
+    """NOW is when the test runs, as the bundles it makes are: not when the module was
+    imported, which is minutes earlier in a whole-suite run (evidence from the future is
+    invalid)."""
+    global NOW
+    NOW = datetime.now(UTC)
 RESOLVED = msgspec.to_builtins(ev.recipe())
 RESOLVED.pop("provenance", None)
 

@@ -17,6 +17,15 @@ from tests.fixtures import evidence as ev
 KEY = SigningKey.generate()
 TRUST = ev.trust_of(("site-a", "site", KEY))
 NOW = datetime.now(UTC)
+
+
+@pytest.fixture(autouse=True)
+def fresh_now() -> None:
+    """NOW is when the test runs, as the bundles it makes are: not when the module was
+    imported, which is minutes earlier in a whole-suite run (evidence from the future is
+    invalid)."""
+    global NOW
+    NOW = datetime.now(UTC)
 WEEK = timedelta(days=7)
 
 

@@ -32,6 +32,15 @@ TRUST = ev.trust_of(("site-a", "site", SITE_KEY), ("federation", "first-party", 
 NOW = datetime.now(UTC)
 
 
+@pytest.fixture(autouse=True)
+def fresh_now() -> None:
+    """NOW is when the test runs, as the bundles it makes are: not when the module was
+    imported, which is minutes earlier in a whole-suite run (evidence from the future is
+    invalid)."""
+    global NOW
+    NOW = datetime.now(UTC)
+
+
 def good() -> dict[str, bytes]:
     return ev.bundle("site-a", [SITE_KEY], validated_at=NOW - timedelta(hours=1))
 
