@@ -293,12 +293,6 @@ class LauncherService:
         """In a secure federation, the worker's job-lifetime credential (secret files)."""
         if not self.config.creds:
             return {}
-        if self.backend is not None and self.backend.name == "kubernetes":
-            # The Kubernetes backend takes secrets only as the cluster's own Secrets, and
-            # does not yet make one per worker: its workers get no job credential (see
-            # docs/security.md, known limits).
-            log.warning("kubernetes worker %s gets no job credential", req.launch_id)
-            return {}
         from cairn.trust.workers import worker_secrets
 
         return worker_secrets(self.config.creds, self.config.tls_ca, study=req.study or "",

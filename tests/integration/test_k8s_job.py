@@ -145,7 +145,11 @@ async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) 
     assert env["DB_PASSWORD_FILE"] == "/run/cairn/secrets/DB_PASSWORD"
     mounted = [s["secret"]["name"] for v in pod["spec"]["volumes"]
                if v["name"] == "cairn-secrets" for s in v["projected"]["sources"]]
-    assert mounted[0] == "lung-db" and mounted[1:] in ([], [f"{name}-secrets"])
+    assert mounted[0] == "lung-db"
+    # Secure by default: the worker's job credential and the CA, as files of its own Secret.
+    assert fed.secure and mounted[1:] == [f"{name}-secrets"]
+    assert env["CAIRN_CREDS_FILE"] == "/run/cairn/secrets/CAIRN_CREDS"
+    assert env["CAIRN_TLS_CA_FILE"] == "/run/cairn/secrets/CAIRN_TLS_CA"
     launching = [e for e in events if isinstance(e, ev.WorkerLaunching)]
     exited = [e for e in events if isinstance(e, ev.WorkerExited)]
     assert [(e.site, e.backend) for e in launching] == [("site-k", "kubernetes")]
