@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+from cairn.errors import InvalidInput
 from cairn.launcher.backends.base import LaunchHandle, WorkerExit
 
 
 class Watching(Protocol):
+    name: str
     _watches: dict[str, Any]
     _ended: dict[str, WorkerExit]
 
@@ -27,6 +30,31 @@ async def find_watch(backend: Watching, handle: LaunchHandle) -> Any:
         if isinstance(found, WorkerExit):
             return found
     return backend._watches[handle.launch_id]
+
+
+def already_known(backend: Watching, handle: LaunchHandle) -> LaunchHandle | WorkerExit | None:
+    """What a reattach knows before asking the platform: how the worker ended, or the handle
+    while this launcher watches it; None when the platform must be asked.
+
+    Raises:
+        InvalidInput: the handle is another backend's.
+    """
+    if handle.backend != backend.name:
+        raise InvalidInput(f"handle is for backend {handle.backend!r}, not {backend.name!r}",
+                           field="backend")
+    ended = backend._ended.get(handle.launch_id)
+    if ended is not None:
+        return ended
+    if handle.launch_id in backend._watches:
+        return handle
+    return None
+
+
+async def wait_stopped(done: asyncio.Future[Any], limit_s: float) -> None:
+    """Wait, bounded, for a stopped worker's watch to see it end (shielded: giving up the
+    wait never stops the watch)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(done), limit_s)
 
 
 async def stop_watching(watches: dict[str, Any]) -> None:

@@ -51,9 +51,11 @@ from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._docker_image import approved_image
 from cairn.launcher.backends._exitcause import Observed, classify
 from cairn.launcher.backends._watching import (
+    already_known,
     find_watch,
     stop_watching,
     stream_log,
+    wait_stopped,
     wait_watched,
 )
 from cairn.launcher.backends._workdir import (
@@ -183,20 +185,14 @@ class DockerBackend:
         watch.cancelled = True
         await self._stop(handle, grace_s)
         assert watch.task is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch.task), grace_s + 30.0)
+        await wait_stopped(watch.task, grace_s + 30.0)
 
     async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
         """Find a container again after a launcher restart: the handle while it runs, else
         how it ended (from the engine, or lost when the container is gone)."""
-        if handle.backend != self.name:
-            raise InvalidInput(f"handle is for backend {handle.backend!r}, not {self.name!r}",
-                               field="backend")
-        ended = self._ended.get(handle.launch_id)
-        if ended is not None:
-            return ended
-        if handle.launch_id in self._watches:
-            return handle
+        known = already_known(self, handle)
+        if known is not None:
+            return known
         state = await asyncio.to_thread(self._state, handle.native_id)
         if state is None or not state.get("Running", False):
             return await self._finish(_Watch(handle=handle, deadline=None), state)

@@ -24,8 +24,15 @@ from typing import Any
 
 import msgspec
 
-from cairn.errors import CairnError, Conflict, InvalidInput, NotFound
-from cairn.launcher.backends._watching import find_watch, stop_watching, stream_log, wait_watched
+from cairn.errors import CairnError, Conflict, NotFound
+from cairn.launcher.backends._watching import (
+    already_known,
+    find_watch,
+    stop_watching,
+    stream_log,
+    wait_stopped,
+    wait_watched,
+)
 from cairn.launcher.backends._workdir import (
     LOG_NAME,
     dir_name,
@@ -195,20 +202,14 @@ class KubernetesBackend:
         watch.cancelled = True
         await self._stop(watch, grace_s)
         assert watch.task is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch.task), grace_s + 30.0)
+        await wait_stopped(watch.task, grace_s + 30.0)
 
     async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
         """Find a pod again after a launcher restart, by its launch label: the handle while
         it runs, else how it ended (from the pod, or from the end record it left)."""
-        if handle.backend != self.name:
-            raise InvalidInput(f"handle is for backend {handle.backend!r}, not {self.name!r}",
-                               field="backend")
-        ended = self._ended.get(handle.launch_id)
-        if ended is not None:
-            return ended
-        if handle.launch_id in self._watches:
-            return handle
+        known = already_known(self, handle)
+        if known is not None:
+            return known
         namespace, _ = pod_location(handle)
         await self._pods.connect()
         try:

@@ -47,9 +47,11 @@ from cairn.launcher.backends._memlimit import (
 from cairn.launcher.backends._spawn import spawn_worker
 from cairn.launcher.backends._warm import Zygote, enabled_by_env
 from cairn.launcher.backends._watching import (
+    already_known,
     find_watch,
     stop_watching,
     stream_log,
+    wait_stopped,
     wait_watched,
 )
 from cairn.launcher.backends._workdir import (
@@ -215,8 +217,7 @@ class ProcessBackend:
         watch.cancelled = True
         self._stop(watch, grace_s)
         assert watch.task is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch.task), grace_s + KILL_WAIT_S + 1.0)
+        await wait_stopped(watch.task, grace_s + KILL_WAIT_S + 1.0)
 
     async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
         """Find a worker again after a launcher restart.
@@ -224,15 +225,9 @@ class ProcessBackend:
         Returns the handle while it still runs (its pid alive with the recorded start time);
         else how it ended, from the exit record its wrapper left.
         """
-        if handle.backend != self.name:
-            raise InvalidInput(
-                f"handle is for backend {handle.backend!r}, not {self.name!r}", field="backend"
-            )
-        ended = self._ended.get(handle.launch_id)
-        if ended is not None:
-            return ended
-        if handle.launch_id in self._watches:
-            return handle
+        known = already_known(self, handle)
+        if known is not None:
+            return known
         watch = self._new_watch(handle)
         seen = _proc.poll(watch.pid, handle.start_ticks)
         if not seen.running:

@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from cairn.errors import CairnError, InvalidInput
-from cairn.launcher.backends._watching import find_watch, stream_log, wait_watched
+from cairn.launcher.backends._watching import (
+    already_known,
+    find_watch,
+    stream_log,
+    wait_stopped,
+    wait_watched,
+)
 from cairn.launcher.backends._workdir import (
     CONTROL_DIR,
     LOG_NAME,
@@ -175,24 +181,17 @@ class SlurmBackend:
                 # Slurm refuses to signal a job that has not started yet: scancel it.
                 log.info("slurm: SIGTERM to job %s refused (%s); cancelling it", job, exc)
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(watch.done), grace_s)
+                await wait_stopped(watch.done, grace_s)
         if not watch.done.done():
             await self.driver.cancel(job)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch.done), 60.0 + 4 * self.poll_s)
+        await wait_stopped(watch.done, 60.0 + 4 * self.poll_s)
 
     async def reattach(self, handle: LaunchHandle) -> LaunchHandle | WorkerExit:
         """After a launcher restart: the handle while its job runs (or pends), else how it
         ended (from the controller, or from sacct once the controller forgot it)."""
-        if handle.backend != self.name:
-            raise InvalidInput(f"handle is for backend {handle.backend!r}, not {self.name!r}",
-                               field="backend")
-        ended = self._ended.get(handle.launch_id)
-        if ended is not None:
-            return ended
-        if handle.launch_id in self._watches:
-            return handle
+        known = already_known(self, handle)
+        if known is not None:
+            return known
         try:
             status = await self._look_up(handle.native_id)
         except SlurmUnavailable as exc:
