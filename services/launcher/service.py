@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn import api, subjects, telemetry
-from cairn.bus import KV, Bus, Delivery, kv, objects, skipper
+from cairn.bus import KV, Bus, Delivery, kv, skipper
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     SITE_DECODER,
@@ -40,6 +40,7 @@ from cairn.launcher.backends.base import (
     load_backend,
 )
 from cairn.launcher.backends.errors import ImageNotApproved
+from cairn.launcher.inputs import code_bundle, read_from, resolve_secrets
 from cairn.launcher.records import LaunchRecord, kv_key
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.runtime import StudyRuntime, load_study_runtime
@@ -235,7 +236,7 @@ class LauncherService:
         self._watch(launch, handle)
 
     async def _spec(self, req: LaunchRequested) -> LaunchSpec:
-        code_dir = await self._bundle(req.study or "", req.code_digest)
+        code_dir = await code_bundle(self.bus, self.workdir, req.study or "", req.code_digest)
         # A Kubernetes Secret is mounted into the pod by the cluster: never read here.
         own, mounted = dict(req.secret_refs), {}
         if self.site_cfg.backend == "kubernetes":
@@ -300,29 +301,6 @@ class LauncherService:
                               attempt=req.attempt, launch_id=req.launch_id,
                               timeout_s=req.timeout_s or None)
 
-    async def _bundle(self, study: str, digest: str | None) -> Path:
-        """The unpacked code bundle, cached per digest."""
-        if not digest:
-            empty = self.workdir / "bundles" / "empty"
-            empty.mkdir(parents=True, exist_ok=True)
-            return empty
-        dest = self.workdir / "bundles" / digest
-        if (dest / ".complete").exists():
-            return dest
-        store = await objects(self.bus, subjects.obj_artifacts(study))
-        try:
-            data = await store.get(digest, digest=digest)
-        except NotFound:
-            raise InvalidInput(f"code bundle {digest[:12]} is not in artifacts_{study}") from None
-        from cairn.codebundle import unpack
-
-        tmp = dest.with_name(digest + f".tmp{os.getpid()}")
-        await asyncio.to_thread(unpack, data, tmp)
-        if not dest.exists():
-            tmp.rename(dest)
-        (dest / ".complete").touch()
-        return dest
-
     def _watch(self, launch: LaunchState, handle: LaunchHandle,
                running: WorkerRunning | None = None) -> None:
         self.watchers[launch.launch_id] = asyncio.create_task(
@@ -382,7 +360,7 @@ class LauncherService:
             raise NotFound(f"no worker {launch_id} at site {self.site}", field="launch_id")
         offset = max(0, offset)
         limit = max(1, min(max_bytes, 1024 * 1024))
-        data = await asyncio.to_thread(_read_from, Path(record.handle.log_path), offset, limit)
+        data = await asyncio.to_thread(read_from, Path(record.handle.log_path), offset, limit)
         done = record.state == "exited" and len(data) < limit
         return api.LogData(data_b64=base64.b64encode(data).decode(), offset=offset + len(data),
                            done=done)
@@ -402,35 +380,3 @@ def _state_of(record: LaunchRecord) -> LaunchState:
         cancelled=record.cancelled, native_id=record.handle.native_id if record.handle else "",
         exit_code=exit.exit_code if exit else None, reason=exit.cause if exit else None,
         message=exit.message if exit else "")
-
-
-def _read_from(path: Path, offset: int, limit: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-    except FileNotFoundError:
-        return b""
-
-
-def resolve_secrets(refs: dict[str, str]) -> dict[str, str]:
-    """Resolve secret references on the site, at launch: `env:NAME` or `file:/path`."""
-    out: dict[str, str] = {}
-    for name, ref in refs.items():
-        kind, _, where = ref.partition(":")
-        if kind == "env":
-            value = os.environ.get(where)
-            if value is None:
-                raise InvalidInput(f"secret {name}: the launcher's environment has no {where}",
-                                   field=f"secret_env.{name}")
-            out[name] = value
-        elif kind == "file":
-            try:
-                out[name] = Path(where).read_text(encoding="utf-8").rstrip("\n")
-            except OSError as exc:
-                raise InvalidInput(f"secret {name}: cannot read {where}: {exc.strerror}",
-                                   field=f"secret_env.{name}") from None
-        else:
-            raise InvalidInput(f"secret {name}: {kind!r} secrets need the kubernetes backend",
-                               field=f"secret_env.{name}")
-    return out
