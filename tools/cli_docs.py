@@ -53,7 +53,10 @@ def _option_row(param: click.Parameter, ctx: click.Context) -> str | None:
     if param.envvar:
         extra.append(f"env `{param.envvar}`")
     if param.show_default and param.default not in (None, (), False):
-        extra.append(f"default `{param.default}`")
+        # A default under this checkout is written relative to it: the reference must read
+        # the same on every machine.
+        default = str(param.default).replace(str(REPO) + "/", "")
+        extra.append(f"default `{default}`")
     help_text = _escape((param.help or "").strip())
     if extra:
         help_text += f" ({', '.join(extra)})"
