@@ -176,7 +176,11 @@ async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
         slurm_lab: SlurmLab, tmp_path: Path, code_dir: Path, driver: str) -> None:
     root = tmp_path / "site"
     first = make_backend(slurm_lab, root, driver)
-    long = await first.launch(spec(code_dir, ["bash", "-c", "sleep 4; exit 5"], rank=0))
+    # The long job runs until the test lets it end (bounded at 60 s), however slow the
+    # machine: a fixed sleep could end before the reattach looks at it.
+    go = tmp_path / "go"
+    long = await first.launch(spec(code_dir, ["bash", "-c", (
+        f"for i in $(seq 600); do [ -e {go} ] && exit 5; sleep 0.1; done; exit 9")], rank=0))
     short = await first.launch(spec(code_dir, ["bash", "-c", "exit 7"], rank=1))
     await first.close()  # the launcher goes down; its jobs do not
 
@@ -192,6 +196,7 @@ async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
         assert found_long == long
         assert isinstance(found_short, WorkerExit)
         assert (found_short.exit_code, found_short.cause) == (7, "crashed")
+        go.touch()
         ended = await asyncio.wait_for(second.wait(long), WAIT_S)
         assert (ended.exit_code, ended.cause) == (5, "crashed")
         # A job id that is now another launch's job is not adopted.
