@@ -8,6 +8,7 @@
 """
 
 from cairn.worker.dataplane import Message, RemoteError
-from cairn.worker.sdk import SyncWorker, Worker, WorkerEnvError, main
+from cairn.worker.sdk import Worker, WorkerEnvError, main
+from cairn.worker.sync import SyncWorker
 
 __all__ = ["Message", "RemoteError", "SyncWorker", "Worker", "WorkerEnvError", "main"]

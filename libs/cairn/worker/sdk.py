@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -57,7 +57,7 @@ from cairn.events.decoding import decode_with
 from cairn.worker.allocation import prove_allocation
 from cairn.worker.dataplane import DataPlane, Handler, Message, RemoteError
 
-__all__ = ["Message", "RemoteError", "SyncWorker", "Worker", "WorkerEnvError", "main"]
+__all__ = ["Message", "RemoteError", "Worker", "WorkerEnvError", "main"]
 
 T = TypeVar("T")
 REQUIRED = ("CAIRN_NATS_URL", "CAIRN_STUDY", "CAIRN_JOB", "CAIRN_SITE", "CAIRN_ROLE")
@@ -344,67 +344,3 @@ def _exit_now(code: int) -> None:
                 if not obj.closed:
                     obj.flush()
     os._exit(code)
-
-
-class SyncWorker:
-    """A blocking facade over `Worker` for code that is not async.
-
-        with SyncWorker.from_env() as w:
-            msg = w.receive("task", timeout=30)
-            w.send("server", 0, "update", {...})
-
-    The worker's event loop runs on a private thread; each call blocks until it is done.
-    """
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="cairn-worker")
-
-    @classmethod
-    def from_env(cls) -> SyncWorker:
-        return cls(Worker.from_env())
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def __enter__(self) -> SyncWorker:
-        self._thread.start()
-        self._run(self.worker.connect())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._run(self.worker.close(), timeout=30)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # Identity and params straight from the worker (study, job, site, role, rank, ...).
-        return getattr(self.worker, name)
-
-    def progress(self, step: int | None = None, total: int | None = None,
-                 message: str = "") -> None:
-        self._run(self.worker.progress(step, total, message))
-
-    def metric(self, step: int | None = None, **values: float) -> None:
-        self._run(self.worker.metric(step, **values))
-
-    def result(self, value: Any = None, files: Iterable[str | Path] = ()) -> WorkerResult:
-        return self._run(self.worker.result(value, files))
-
-    def send(self, role: str, rank: int, topic: str, payload: Any) -> str:
-        return self._run(self.worker.send(role, rank, topic, payload))
-
-    def broadcast(self, topic: str, payload: Any) -> str:
-        return self._run(self.worker.broadcast(topic, payload))
-
-    def receive(self, topic: str, timeout: float = 60.0) -> Message:
-        return self._run(self.worker.receive(topic, timeout))
-
-    def request(self, role: str, rank: int, topic: str, payload: Any,
-                timeout: float = 60.0) -> Message:
-        return self._run(self.worker.request(role, rank, topic, payload, timeout))
