@@ -1,16 +1,20 @@
 """OpenTelemetry for Cairn: one tracer provider, W3C trace context over NATS headers.
 
 Tracing is on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (OTLP/HTTP export, batched) or when
-`setup(..., exporter=...)` is given one. The trace context travels in W3C `traceparent` and
-`tracestate` headers, written and read by OpenTelemetry's W3C propagator
-(`TraceContextTextMapPropagator`). Off, OpenTelemetry is not even imported (it costs a parent
-or a worker tens of milliseconds at start): the trace headers a message came with are carried
-unchanged to whatever its handler publishes, through a context variable.
+`setup(..., exporter=...)` is given one, unless the sampler can never sample what this
+process does (`always_off`, or a parent-based sampler under an unsampled parent): then it
+stays off, as cheap as no endpoint at all, and only passes the trace context on. The trace
+context travels in W3C `traceparent` and `tracestate` headers, written and read by
+OpenTelemetry's W3C propagator (`TraceContextTextMapPropagator`). Off, OpenTelemetry is not
+even imported (it costs a parent or a worker tens of milliseconds at start): the trace
+headers a message came with are carried unchanged to whatever its handler publishes, through
+a context variable.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +29,10 @@ TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
+_exporter: Any = None
+SHUTDOWN_TIMEOUT_S = 2.0
+"""How long `shutdown` waits for the last spans to go out: a collector that is down or slow
+must not hold a worker's (or a command's) exit for the exporter's 10 s of retries."""
 _propagator: Any = None
 TraceHeaders = dict[str, str]
 """`traceparent` (and `tracestate` when there is one), ready to merge into message headers."""
@@ -70,16 +78,40 @@ def _context_of(headers: dict[str, str] | None) -> Any:
     return _w3c().extract(carrier=headers or {})
 
 
+def never_sampled(parent: TraceHeaders | None = None) -> bool:
+    """Would `OTEL_TRACES_SAMPLER` drop every span of a process whose spans all descend from
+    `parent` (a worker's, from `TRACEPARENT`)? True for `always_off`, and for a parent-based
+    sampler (the default) under a valid parent whose sampled flag is clear."""
+    sampler = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
+    if sampler == "always_off":
+        return True
+    if not sampler.startswith("parentbased_") or not parent:
+        return False
+    fields = parent.get(TRACEPARENT, "").strip().split("-")
+    if len(fields) < 4 or len(fields[0]) != 2 or len(fields[1]) != 32 or len(fields[3]) != 2:
+        return False
+    try:
+        trace_id, flags = int(fields[1], 16), int(fields[3], 16)
+    except ValueError:
+        return False
+    return trace_id != 0 and not flags & 1
+
+
 def setup(service_name: str, *, exporter: SpanExporter | None = None,
-          endpoint: str | None = None, site: str | None = None) -> bool:
+          endpoint: str | None = None, site: str | None = None,
+          parent: TraceHeaders | None = None) -> bool:
     """Install the tracer provider. Returns whether tracing is on.
 
     Sampling follows OpenTelemetry's `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`
-    (default: every trace whose parent is sampled, and every new one)."""
-    global _tracer, _provider
+    (default: every trace whose parent is sampled, and every new one). `parent`: the trace
+    every span of this process will descend from, if known (a worker's job); when the
+    sampler would drop all of them (`never_sampled`), tracing stays off."""
+    global _tracer, _provider, _exporter
     endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if exporter is None and not endpoint:
         return _tracer is not None
+    if _tracer is None and never_sampled(parent):
+        return False
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -94,22 +126,35 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
         attributes["cairn.site"] = site
     provider = TracerProvider(resource=Resource.create(attributes))
     # A deep queue: bursts of publishes must not drop spans.
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200,
+    from cairn._traceexport import StoppableExporter
+
+    stoppable = StoppableExporter(exporter)
+    provider.add_span_processor(BatchSpanProcessor(stoppable, schedule_delay_millis=200,
                                                    max_queue_size=65536,
                                                    max_export_batch_size=2048))
-    _provider = provider
+    _provider, _exporter = provider, stoppable
     _tracer = provider.get_tracer("cairn")
     return True
 
 
-def shutdown() -> None:
-    """Flush and stop the provider (spans still queued are exported)."""
-    global _tracer, _provider
-    if _provider is not None:
-        _provider.force_flush(5000)
-        _provider.shutdown()
-    _tracer = None
-    _provider = None
+def shutdown(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Export the spans still queued, waiting at most `timeout_s`, and stop the provider.
+
+    The SDK's own shutdown waits out every retry of its exporter (10 s by default, its
+    timeouts notwithstanding), so it runs in a thread of its own: past `timeout_s` the
+    exporter is stopped, which ends its retries, and what was left is dropped."""
+    global _tracer, _provider, _exporter
+    provider, exporter = _provider, _exporter
+    _tracer = _provider = _exporter = None
+    if provider is None:
+        return
+    stopper = threading.Thread(target=provider.shutdown, name="cairn-trace-shutdown",
+                               daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
+    if stopper.is_alive() and exporter is not None:
+        exporter.shutdown()
+        stopper.join(0.5)  # a request in flight keeps its own timeout: it is not waited for
 
 
 def enabled() -> bool:

@@ -304,8 +304,9 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
         sys.exit(2)
 
     # With an OTLP endpoint from the launcher, the worker's spans join the job's trace
-    # (TRACEPARENT); without one, OpenTelemetry is never imported.
-    traced = telemetry.setup("cairn-worker", site=worker.site)
+    # (TRACEPARENT); without one, or when the job's trace is not sampled, OpenTelemetry is
+    # never set up.
+    traced = telemetry.setup("cairn-worker", site=worker.site, parent=telemetry.env_headers())
 
     async def run() -> None:
         attributes: dict[str, str | int] = {
@@ -327,7 +328,9 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
         sys.exit(1)
     finally:
         if traced:
-            telemetry.shutdown()  # flush the worker's spans before it ends
+            # The worker's spans go out before it ends (a collector that does not answer holds
+            # it a second at most).
+            telemetry.shutdown(timeout_s=1.0)
     _exit_now(0)
 
 
@@ -337,6 +340,9 @@ def _exit_now(code: int) -> None:
            for t in threading.enumerate()):
         sys.exit(code)  # Python joins those threads first; so do we
     atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):  # a warm worker's are frozen out of get_objects
+        with contextlib.suppress(Exception):
+            stream.flush()
     for obj in gc.get_objects():
         # What teardown would have flushed: files a job left open.
         if isinstance(obj, (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)):  # noqa: UP038

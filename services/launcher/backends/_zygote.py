@@ -23,6 +23,7 @@ its wrappers live on (the launcher finds them again by pid and exit record).
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.machinery
 import json
@@ -44,7 +45,9 @@ PRELOAD = ("cairn.worker", "cairn.worker.rounds")
 TRACING_PRELOAD = ("opentelemetry.sdk.resources", "opentelemetry.sdk.trace",
                    "opentelemetry.sdk.trace.export",
                    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                   "requests")  # imported by the exporter's constructor, not its module
+                   "opentelemetry.trace.propagation.tracecontext",
+                   # imported when first used, not by the modules above:
+                   "requests", "concurrent.futures.thread")
 _LEN = struct.Struct(">I")
 
 
@@ -215,6 +218,10 @@ def main() -> int:
         for name in TRACING_PRELOAD:
             with contextlib.suppress(ImportError):  # a worker would fail the same way
                 importlib.import_module(name)
+    # Everything imported so far lives as long as any worker: out of the collector's sight,
+    # a worker's own imports (numpy's, say) do not make every collection walk (and copy, page
+    # by page) the zygote's objects. With the tracing SDK loaded that doubled numpy's import.
+    gc.freeze()
     send_msg(sock, {"ready": True, "pid": os.getpid(),
                     "modules": sorted({m.partition(".")[0] for m in sys.modules})})
     req = serve(sock)
