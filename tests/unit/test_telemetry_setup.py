@@ -82,3 +82,20 @@ def test_shutdown_does_not_wait_out_the_exporters_retries() -> None:
                           timeout=5, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ended"
+
+
+def test_the_resource_is_what_the_sdk_would_make(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cairn builds the SDK's default resource itself (without its thread pool): the same
+    attributes, the operator's OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME included (the
+    SDK keeps one service.instance.id per process, new after a fork)."""
+    from opentelemetry.sdk.resources import Resource
+
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=lab,cairn.site=x")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "overridden")
+    ours = dict(telemetry._resource({"service.name": "cairn-worker", "cairn.site": "site-a"})
+                .attributes)
+    sdk = dict(Resource.create({"service.name": "cairn-worker", "cairn.site": "site-a"})
+               .attributes)
+    assert ours["service.instance.id"]
+    assert ours == sdk
+    assert ours["deployment.environment"] == "lab" and ours["cairn.site"] == "site-a"
