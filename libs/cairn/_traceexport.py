@@ -1,6 +1,8 @@
-"""A span exporter that `cairn.telemetry.shutdown` can stop while the SDK is still retrying.
+"""The pieces of `cairn.telemetry` that need the OpenTelemetry SDK: a span exporter that
+`shutdown` can stop while the SDK is still retrying, and a processor that stamps a process's
+own attributes on every span it starts.
 
-Imported only where tracing is set up (it needs the OpenTelemetry SDK).
+Imported only where tracing is set up.
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 
@@ -29,3 +32,16 @@ class StoppableExporter(SpanExporter):
     def shutdown(self) -> None:
         if self._stopped.acquire(blocking=False):
             self._exporter.shutdown()
+
+
+class StampingProcessor(SpanProcessor):
+    """Sets `attributes` on every span as it starts (before the exporting processor sees it
+    end), so each of a worker's spans names its study, job, site, role and rank; what a span
+    already says (the site of an event it carries, say) stays."""
+
+    def __init__(self, attributes: dict[str, str | int]) -> None:
+        self._attributes = dict(attributes)
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        have = span.attributes or {}
+        span.set_attributes({k: v for k, v in self._attributes.items() if k not in have})

@@ -119,13 +119,15 @@ def wanted(parent: TraceHeaders | None = None) -> bool:
 
 def setup(service_name: str, *, exporter: SpanExporter | None = None,
           endpoint: str | None = None, site: str | None = None,
-          parent: TraceHeaders | None = None) -> bool:
+          parent: TraceHeaders | None = None,
+          attributes: dict[str, str | int] | None = None) -> bool:
     """Install the tracer provider. Returns whether tracing is on.
 
     Sampling follows OpenTelemetry's `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`
     (default: every trace whose parent is sampled, and every new one). `parent`: the trace
     every span of this process will descend from, if known (a worker's job); when the
-    sampler would drop all of them (`never_sampled`), tracing stays off."""
+    sampler would drop all of them (`never_sampled`), tracing stays off. `attributes`: set
+    on every span this process starts (a worker's study, job, site, role and rank)."""
     global _tracer, _provider, _exporter
     endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if exporter is None and not endpoint:
@@ -140,13 +142,15 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
 
         assert endpoint is not None
         exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
-    attributes = {"service.name": service_name}
+    resource = {"service.name": service_name}
     if site:
-        attributes["cairn.site"] = site
-    provider = TracerProvider(resource=_resource(attributes))
+        resource["cairn.site"] = site
+    provider = TracerProvider(resource=_resource(resource))
     # A deep queue: bursts of publishes must not drop spans.
-    from cairn._traceexport import StoppableExporter
+    from cairn._traceexport import StampingProcessor, StoppableExporter
 
+    if attributes:
+        provider.add_span_processor(StampingProcessor(attributes))
     stoppable = StoppableExporter(exporter)
     provider.add_span_processor(BatchSpanProcessor(stoppable, schedule_delay_millis=200,
                                                    max_queue_size=65536,
@@ -292,6 +296,18 @@ def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str
     with tracer.start_as_current_span(f"{subject} process", context=parent_ctx,
                                       kind=SpanKind.CONSUMER, attributes=attributes):
         yield
+
+
+def annotate(**attributes: str | int | float | bool | None) -> None:
+    """Add attributes to the current span, e.g. what a request turned out to be once decoded
+    (those that are None are left out; a no-op when tracing is off)."""
+    if _tracer is None:
+        return
+    from opentelemetry import trace
+
+    current = trace.get_current_span()
+    if current.is_recording():
+        current.set_attributes({k: v for k, v in attributes.items() if v is not None})
 
 
 @contextmanager

@@ -18,6 +18,7 @@ WORKER = """\
 from cairn.worker import main
 
 async def run(w):
+    await w.data.broadcast("hello", {"from": w.site})  # a data-plane message: no event
     await w.progress(1, 1)
 
 main(run)
@@ -85,8 +86,10 @@ async def test_a_two_site_job_is_one_trace(tmp_path: Path) -> None:
     assert len(root) == 1, [s.name for s in spans if s.service == "cairn-cli"]
     trace = root[0].trace_id
     assert root[0].parent_span_id == ""
-    # Every span that names this job is in the submit's trace.
-    of_job = [s for s in spans if s.attributes.get("cairn.job") == job_id]
+    # Every span that names this job is in the submit's trace, but the requests that only
+    # read it (the client's polling), each a trace of its own.
+    of_job = [s for s in spans if s.attributes.get("cairn.job") == job_id
+              and s.attributes.get("cairn.request") in (None, "submit")]
     strays = [(s.service, s.name, s.kind) for s in of_job if s.trace_id != trace]
     assert of_job and not strays, strays
     in_trace = [s for s in spans if s.trace_id == trace]
@@ -110,3 +113,15 @@ async def test_a_two_site_job_is_one_trace(tmp_path: Path) -> None:
         progress = by(in_trace, kind="PRODUCER",
                       **{"cairn.event": "worker.progress", "cairn.site": site})
         assert progress and progress[0].parent_span_id == workers[0].span_id
+    # Every span a worker made names its job (its data-plane messages carry no event).
+    of_workers = [s for s in in_trace if s.service == "cairn-worker"]
+    unnamed = [s.name for s in of_workers
+               if s.attributes.get("cairn.job") != job_id or s.attributes.get("cairn.study")
+               != "demo" or s.attributes.get("cairn.role") != "client"]
+    assert len(of_workers) > 2 and not unnamed, unnamed
+    # The request that began the job, as the coordinator answered it: the verb, who asked,
+    # and the job it made.
+    [request] = by(in_trace, kind="CONSUMER", **{"cairn.request": "submit"})
+    assert request.attributes["cairn.actor"] == DEFAULT_ADMIN
+    assert request.attributes["cairn.study"] == "demo"
+    assert request.attributes["cairn.job"] == job_id

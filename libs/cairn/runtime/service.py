@@ -112,7 +112,15 @@ class Runtime:
             address = subjects.parse_api(msg.subject)
             envelope = api.decode_envelope(msg.data or b"", verb=address.verb,
                                            study=address.study)
-            return api.encode_result(await handler(envelope, address))
+            request = envelope.request
+            telemetry.annotate(**{
+                "cairn.request": address.verb, "cairn.actor": envelope.actor,
+                "cairn.study": envelope.study or address.study,
+                "cairn.site": address.site or _str_field(request, "site"),
+                "cairn.job": _str_field(request, "job")})
+            result = await handler(envelope, address)
+            telemetry.annotate(**{"cairn.job": _str_field(result, "job")})  # a submit's new id
+            return api.encode_result(result)
 
         await self.serve(subject, on_request, queue=queue)
 
@@ -139,6 +147,11 @@ class Runtime:
             _, pending = await asyncio.wait(self._tasks, timeout=5.0)
             for task in pending:
                 log.warning("task %s did not stop on cancel; leaving it", task.get_name())
+
+
+def _str_field(request: object, name: str) -> str | None:
+    value = getattr(request, name, None)
+    return value if isinstance(value, str) and value else None
 
 
 async def _logged(coro: Coroutine[Any, Any, Any], name: str) -> Any:

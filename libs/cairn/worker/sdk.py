@@ -317,7 +317,8 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
         # is never set up. Setting it up takes a few CPU-ms: done in a thread while the
         # connection waits on the broker, and the worker's span starts when it began.
         setup = asyncio.ensure_future(asyncio.to_thread(
-            telemetry.setup, "cairn-worker", site=worker.site, parent=telemetry.env_headers())
+            telemetry.setup, "cairn-worker", site=worker.site, parent=telemetry.env_headers(),
+            attributes=attributes)
         ) if telemetry.wanted(telemetry.env_headers()) else None
         try:
             await worker.connect()
