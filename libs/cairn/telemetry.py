@@ -14,6 +14,7 @@ a context variable.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,16 +37,31 @@ must not hold a worker's (or a command's) exit for the exporter's 10 s of retrie
 _propagator: Any = None
 TraceHeaders = dict[str, str]
 """`traceparent` (and `tracestate` when there is one), ready to merge into message headers."""
+TRACESTATE_MAX = 512
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def trace_headers(headers: dict[str, str] | None) -> TraceHeaders:
+    """Just the W3C trace headers of a message's headers (to keep, and continue later), if
+    they are well formed: a `traceparent` of W3C's version-00 form (any other is dropped, and
+    its `tracestate` with it) and a `tracestate` of at most `TRACESTATE_MAX` characters (W3C
+    asks that 512 be passed on; a longer one is dropped, not carried to every later message).
+    """
+    parent = (headers or {}).get(TRACEPARENT)
+    if not parent or not _TRACEPARENT.fullmatch(parent) or parent[3:35] == "0" * 32 \
+            or parent[36:52] == "0" * 16:
+        return {}
+    out = {TRACEPARENT: parent}
+    state = (headers or {}).get(TRACESTATE)
+    if state and len(state) <= TRACESTATE_MAX and state.isprintable():
+        out[TRACESTATE] = state
+    return out
 
 
 def env_headers() -> TraceHeaders:
     """The job's trace context a launcher handed its worker (`TRACEPARENT`, `TRACESTATE`)."""
-    out = {}
-    for header, var in ((TRACEPARENT, "TRACEPARENT"), (TRACESTATE, "TRACESTATE")):
-        value = os.environ.get(var)
-        if value:
-            out[header] = value
-    return out
+    return trace_headers({TRACEPARENT: os.environ.get("TRACEPARENT", ""),
+                          TRACESTATE: os.environ.get("TRACESTATE", "")})
 
 
 # With tracing off: the trace headers of the message being handled, passed on to publishes;
@@ -276,8 +292,7 @@ def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str
     tracer = _tracer
     if tracer is None:
         # Tracing off here, but keep the caller's trace flowing to anything published next.
-        incoming = {k: v for k in (TRACEPARENT, TRACESTATE) if (v := (headers or {}).get(k))}
-        token = _passed_on.set(incoming)
+        token = _passed_on.set(trace_headers(headers))
         try:
             yield
         finally:
@@ -319,11 +334,6 @@ def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
         return
     with tracer.start_as_current_span(name, attributes=attributes):
         yield
-
-
-def trace_headers(headers: dict[str, str] | None) -> TraceHeaders:
-    """Just the W3C trace headers of a message's headers (to keep, and continue later)."""
-    return {k: v for k in (TRACEPARENT, TRACESTATE) if (v := (headers or {}).get(k))}
 
 
 @contextmanager

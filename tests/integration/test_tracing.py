@@ -98,15 +98,10 @@ async def test_trace_context_crosses_a_publish_consume_hop(
     assert follow_up.parent_span_id == consumer.span_id
 
 
-@pytest.mark.parametrize("tracing", [False, True], ids=["tracing-off", "tracing-on"])
-async def test_tracestate_travels_with_the_trace(bus: Bus, tracing: bool) -> None:
-    """A caller's W3C `tracestate` (vendor data) crosses a hop, whether this side traces or
-    only passes the context on."""
-    study = f"state-{'on' if tracing else 'off'}"
+async def hop(bus: Bus, study: str, incoming: dict[str, str], tracing: bool) -> dict[str, str]:
+    """Publish an event with `incoming` headers; its handler publishes another: the headers
+    that second one went out with."""
     await bus.ensure_study(study)
-    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-    incoming = {telemetry.TRACEPARENT: f"00-{trace_id}-{parent}-01",
-                telemetry.TRACESTATE: "vendor=abc,other=1"}
     first = ev.JobQueued(**ev.stamp(), source="test@hub", study=study, job="j-1")
     second = ev.JobQueued(**ev.stamp(), source="test@hub", study=study, job="j-2")
     seen: dict[str, Delivery] = {}
@@ -135,6 +130,42 @@ async def test_tracestate_travels_with_the_trace(bus: Bus, tracing: bool) -> Non
                 await sub.stop()
         finally:
             telemetry.shutdown()
-    headers = seen[second.id].headers
+    return dict(seen[second.id].headers)
+
+
+TRACE_ID, PARENT = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+VALID = f"00-{TRACE_ID}-{PARENT}-01"
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["tracing-off", "tracing-on"])
+async def test_tracestate_travels_with_the_trace(bus: Bus, tracing: bool) -> None:
+    """A caller's W3C `tracestate` (vendor data) crosses a hop, whether this side traces or
+    only passes the context on."""
+    headers = await hop(bus, f"state-{'on' if tracing else 'off'}",
+                        {telemetry.TRACEPARENT: VALID,
+                         telemetry.TRACESTATE: "vendor=abc,other=1"}, tracing)
     assert headers[telemetry.TRACESTATE] == "vendor=abc,other=1"
-    assert headers[telemetry.TRACEPARENT].split("-")[1] == trace_id
+    assert headers[telemetry.TRACEPARENT].split("-")[1] == TRACE_ID
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["tracing-off", "tracing-on"])
+@pytest.mark.parametrize(("name", "incoming", "kept"), [
+    ("garbage", {telemetry.TRACEPARENT: "x" * 5000, telemetry.TRACESTATE: "a=b"}, set()),
+    ("zero-trace", {telemetry.TRACEPARENT: f"00-{'0' * 32}-{PARENT}-01"}, set()),
+    ("huge-state", {telemetry.TRACEPARENT: VALID, telemetry.TRACESTATE: "a=" + "b" * 60000},
+     {telemetry.TRACEPARENT}),
+])
+async def test_a_malformed_trace_context_is_not_passed_on(
+        bus: Bus, tracing: bool, name: str, incoming: dict[str, str], kept: set[str]) -> None:
+    """A sender's bad or oversized trace headers go no further than the first hop: what the
+    handler publishes next carries none of them (or only the valid traceparent's trace)."""
+    headers = await hop(bus, f"bad-{name}-{'on' if tracing else 'off'}", incoming, tracing)
+    sent = {k for k in (telemetry.TRACEPARENT, telemetry.TRACESTATE) if k in headers}
+    if tracing and not kept:
+        # Tracing on: the handler's span starts a new trace of its own.
+        assert sent == {telemetry.TRACEPARENT}
+        assert headers[telemetry.TRACEPARENT] != incoming[telemetry.TRACEPARENT]
+    else:
+        assert sent == kept
+    if kept:
+        assert headers[telemetry.TRACEPARENT].split("-")[1] == TRACE_ID
