@@ -38,7 +38,11 @@ from typing import Any
 
 from cairn.launcher.backends import _exitwrap, _proc
 
-PRELOAD = ("cairn.worker", "cairn.worker.rounds")
+PRELOAD = ("cairn.worker", "cairn.worker.rounds",
+           # imported when the worker connects (credentials, TLS, the host name's encoding,
+           # the resolver's thread pool), not by the modules above
+           "cairn.trust.connect", "cairn.runtime.context", "encodings.idna",
+           "concurrent.futures.thread")
 # What `cairn.telemetry.setup` imports: preloaded only where the launcher traces (it gives
 # the zygote OTEL_EXPORTER_OTLP_ENDPOINT), so a traced worker does not spend ~0.1 CPU-s on
 # them at its start, and tracing off still costs nothing.
@@ -46,8 +50,7 @@ TRACING_PRELOAD = ("opentelemetry.sdk.resources", "opentelemetry.sdk.trace",
                    "opentelemetry.sdk.trace.export",
                    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
                    "opentelemetry.trace.propagation.tracecontext",
-                   # imported when first used, not by the modules above:
-                   "requests", "concurrent.futures.thread")
+                   "requests")  # imported by the exporter's constructor, not its module
 _LEN = struct.Struct(">I")
 
 
