@@ -35,7 +35,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "fedavg"
-TRACED_JOBS = 9
+TRACED_JOBS = 15
 TRACING_TARGET_PCT = 10.0
 
 

@@ -13,12 +13,14 @@ a context variable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -128,16 +130,11 @@ def _resource(attributes: dict[str, str]) -> Any:
     return detected.merge(resources.Resource(attributes))
 
 
-def wanted(parent: TraceHeaders | None = None) -> bool:
-    """Would `setup(..., parent=parent)` turn tracing on (from the environment alone)?"""
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")) and not never_sampled(parent)
-
-
 def setup(service_name: str, *, exporter: SpanExporter | None = None,
           endpoint: str | None = None, site: str | None = None,
           parent: TraceHeaders | None = None,
           attributes: dict[str, str | int] | None = None,
-          follow_only: bool = False) -> bool:
+          follow_only: bool = False, spool: str | None = None) -> bool:
     """Install the tracer provider. Returns whether tracing is on.
 
     Sampling follows OpenTelemetry's `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`
@@ -147,7 +144,8 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
     on every span this process starts (a worker's study, job, site, role and rank).
     `follow_only`: unless `OTEL_TRACES_SAMPLER` says otherwise, sample what a sampled parent
     began and never start a trace (`parentbased_always_off`: a service, whose health checks
-    and clients' polls are not traces of their own)."""
+    and clients' polls are not traces of their own). `spool`: write the spans to this file
+    for the launcher to forward (`cairn.tracespool`) instead of posting them."""
     global _tracer, _provider, _exporter
     endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if exporter is None and not endpoint:
@@ -157,6 +155,10 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    if exporter is None and spool:
+        from cairn.tracespool import SpoolExporter
+
+        exporter = SpoolExporter(spool)  # type: ignore[assignment]  # the same interface
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -203,6 +205,19 @@ def shutdown(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
     if stopper.is_alive() and exporter is not None:
         exporter.shutdown()
         stopper.join(0.5)  # a request in flight keeps its own timeout: it is not waited for
+
+
+def forward_spool(path: Path) -> int:
+    """Post what a worker spooled at `path` to this process's collector, and remove the
+    file (see `cairn.tracespool`); returns the batches the collector took."""
+    from cairn import tracespool
+
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if _tracer is None or not endpoint:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return 0
+    return tracespool.forward(path, endpoint)
 
 
 def enabled() -> bool:
@@ -346,12 +361,11 @@ def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
 
 
 @contextmanager
-def continued(headers: TraceHeaders | None, name: str, start_ns: int | None = None, /,
+def continued(headers: TraceHeaders | None, name: str,
               **attributes: str | int | float | bool) -> Iterator[None]:
     """Run a block in the trace that `headers` carry, e.g. a job's, kept from the message
-    that began it: with tracing on, as an INTERNAL span `name` whose parent that is (begun at
-    `start_ns`, ns since the epoch, if the work began before the block); off, the headers are
-    passed on to whatever the block publishes."""
+    that began it: with tracing on, as an INTERNAL span `name` whose parent that is; off, the
+    headers are passed on to whatever the block publishes."""
     tracer = _tracer
     if tracer is None:
         token = _passed_on.set(trace_headers(headers))
@@ -361,7 +375,7 @@ def continued(headers: TraceHeaders | None, name: str, start_ns: int | None = No
             _passed_on.reset(token)
         return
     with tracer.start_as_current_span(name, context=_context_of(headers),
-                                      attributes=attributes, start_time=start_ns):
+                                      attributes=attributes):
         yield
 
 

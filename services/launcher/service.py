@@ -324,6 +324,13 @@ class LauncherService:
         assert launch is not None
         await self._report(launch, result)
         self.watchers.pop(launch_id, None)
+        spool = getattr(self.backend, "trace_spool", None)
+        if spool is not None and telemetry.enabled():
+            # After the end is published: the job does not wait for its spans to go out.
+            try:
+                await asyncio.to_thread(telemetry.forward_spool, spool(handle))
+            except Exception:
+                log.warning("could not forward the spans of %s", launch_id, exc_info=True)
 
     async def _report(self, launch: LaunchState, result: WorkerExit) -> None:
         # The latest state: a cancel may have arrived while the worker ran.

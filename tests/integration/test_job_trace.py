@@ -15,9 +15,13 @@ from tests.fixtures.federation import connect, make_federation
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 WORKER = """\
+import os
+
 from cairn.worker import main
 
 async def run(w):
+    # The process backend has a traced worker spool its spans for the launcher to send.
+    assert os.environ.get("CAIRN_TRACE_SPOOL"), "no trace spool"
     await w.data.broadcast("hello", {"from": w.site})  # a data-plane message: no event
     await w.progress(1, 1)
 
@@ -81,6 +85,7 @@ async def test_a_two_site_job_is_one_trace(tmp_path: Path) -> None:
         finally:
             fed.stop()  # every parent flushes its spans as it stops
         spans = receiver.spans()
+    assert not list(tmp_path.rglob(".cairn-spans")), "a spool was left behind"
 
     root = [s for s in spans if s.name == "cairn job submit"]
     assert len(root) == 1, [s.name for s in spans if s.service == "cairn-cli"]

@@ -31,7 +31,6 @@ import json
 import os
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -304,32 +303,23 @@ def main(fn: Callable[[Worker], Awaitable[Any]]) -> None:
         print(f"cairn.worker: {exc}", file=sys.stderr)
         sys.exit(2)
 
-    traced = False
+    attributes: dict[str, str | int] = {
+        "cairn.study": worker.study, "cairn.job": worker.job, "cairn.site": worker.site,
+        "cairn.role": worker.role, "cairn.rank": worker.rank}
+    # With an OTLP endpoint from the launcher, the worker's spans join the job's trace
+    # (TRACEPARENT); without one, or when the job's trace is not sampled, OpenTelemetry is
+    # never set up. (Set up here, not in a thread while the worker connects: the thread's
+    # hold on the GIL slowed the connection by more than the setup takes.)
+    # A launcher that can forward them has the spans spooled to a file (see
+    # cairn.tracespool): the worker then ends without waiting on the collector.
+    traced = telemetry.setup("cairn-worker", site=worker.site, parent=telemetry.env_headers(),
+                             attributes=attributes, spool=os.environ.get("CAIRN_TRACE_SPOOL"))
 
     async def run() -> None:
-        nonlocal traced
-        attributes: dict[str, str | int] = {
-            "cairn.study": worker.study, "cairn.job": worker.job, "cairn.site": worker.site,
-            "cairn.role": worker.role, "cairn.rank": worker.rank}
-        began = time.time_ns()
-        # With an OTLP endpoint from the launcher, the worker's spans join the job's trace
-        # (TRACEPARENT); without one, or when the job's trace is not sampled, OpenTelemetry
-        # is never set up. Setting it up takes a few CPU-ms: done in a thread while the
-        # connection waits on the broker, and the worker's span starts when it began.
-        setup = asyncio.ensure_future(asyncio.to_thread(
-            telemetry.setup, "cairn-worker", site=worker.site, parent=telemetry.env_headers(),
-            attributes=attributes)
-        ) if telemetry.wanted(telemetry.env_headers()) else None
-        try:
-            await worker.connect()
-        finally:
-            traced = setup is not None and await setup
-        try:
-            with telemetry.continued(telemetry.env_headers(), f"worker {worker.role}", began,
-                                     **attributes):
+        with telemetry.continued(telemetry.env_headers(), f"worker {worker.role}",
+                                 **attributes):
+            async with worker:
                 await fn(worker)
-        finally:
-            await worker.close()
 
     try:
         asyncio.run(run())

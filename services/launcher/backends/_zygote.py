@@ -48,9 +48,11 @@ PRELOAD = ("cairn.worker", "cairn.worker.rounds",
 # them at its start, and tracing off still costs nothing.
 TRACING_PRELOAD = ("opentelemetry.sdk.resources", "opentelemetry.sdk.trace",
                    "opentelemetry.sdk.trace.export",
-                   "opentelemetry.exporter.otlp.proto.http.trace_exporter",
                    "opentelemetry.trace.propagation.tracecontext",
-                   "requests")  # imported by the exporter's constructor, not its module
+                   # a process-backend worker spools its spans (cairn.tracespool): it needs
+                   # the OTLP encoder, not the HTTP exporter
+                   "opentelemetry.exporter.otlp.proto.common.trace_encoder",
+                   "cairn.tracespool", "cairn._traceexport")
 _LEN = struct.Struct(">I")
 
 

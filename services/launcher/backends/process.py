@@ -31,6 +31,7 @@ from pathlib import Path
 
 import msgspec
 
+from cairn import tracespool
 from cairn.errors import InvalidInput
 from cairn.launcher.backends import _proc
 from cairn.launcher.backends._cpus import pick_cpus
@@ -169,6 +170,8 @@ class ProcessBackend:
         try:
             env = worker_env(spec, workdir, self.python, secret_files=True)
             env.update(allocation_env(spec, cpus))
+            if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+                env[tracespool.SPOOL_ENV] = str(workdir / tracespool.SPOOL_NAME)
             argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
             limit = await asyncio.to_thread(
                 apply_memory_limit,
@@ -244,6 +247,10 @@ class ProcessBackend:
                 lambda offset: asyncio.to_thread(read_chunk, path, offset),
                 lambda: handle.launch_id in self._watches, follow=follow, poll_s=self.poll_s):
             yield chunk
+
+    def trace_spool(self, handle: LaunchHandle) -> Path:
+        """Where this launch's worker spooled its spans (see cairn.tracespool)."""
+        return Path(handle.workdir) / tracespool.SPOOL_NAME
 
     async def close(self) -> None:
         """Stop watching; the workers keep running, for a restarted launcher to reattach."""
