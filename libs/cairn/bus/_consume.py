@@ -147,7 +147,7 @@ class Subscription(Generic[T]):
                 # stopped consumer shows nothing pending that it has handled.
                 last = len(msgs) - 1
                 for i, msg in enumerate(msgs):
-                    await self._handle(msg, confirm=i == last and self._stopping.is_set())
+                    await self._handle(msg, last=i == last)
                 await self.bus.nc.flush(timeout=5)
             except Exception as exc:
                 log.debug("flush after batch failed: %s", exc)
@@ -175,7 +175,7 @@ class Subscription(Generic[T]):
             log.debug("rebind %s failed: %s", self.durable, exc)
             await asyncio.sleep(0.5)
 
-    async def _handle(self, msg: Msg, *, confirm: bool = False) -> None:
+    async def _handle(self, msg: Msg, *, last: bool = False) -> None:
         meta = msg.metadata
         deliveries = int(meta.num_delivered or 1)
         headers = dict(msg.headers or {})
@@ -215,6 +215,9 @@ class Subscription(Generic[T]):
                 await _quiet(msg.nak(delay=wait))
             return
         self.processed += 1
+        # Whether a stop came is asked now, not before the handler ran: a stop that arrives
+        # while the batch's last message is handled gets that ack confirmed too.
+        confirm = last and self._stopping.is_set()
         await _quiet(msg.ack_sync(timeout=5) if confirm else msg.ack())
 
     async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
