@@ -185,8 +185,8 @@ def _tracing(tmp: Path) -> dict[str, Any]:
                     extra_env={**env, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
                                "OTEL_TRACES_SAMPLER_ARG": "0"}),
                 # Every job traced, with the default samplers: the submit (the root) is
-                # sampled, every service and worker follows it, services start no trace of
-                # their own (the client's polls are not traced).
+                # sampled and every service and worker follows it (the client's polls are
+                # traces of their own too).
                 "traced": EmbeddedFederation(dir=tmp / "traced", heartbeat_s=0.5,
                                              extra_env=env)}
         try:

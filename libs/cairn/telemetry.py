@@ -134,7 +134,7 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
           endpoint: str | None = None, site: str | None = None,
           parent: TraceHeaders | None = None,
           attributes: dict[str, str | int] | None = None,
-          follow_only: bool = False, spool: str | None = None) -> bool:
+          spool: str | None = None) -> bool:
     """Install the tracer provider. Returns whether tracing is on.
 
     Sampling follows OpenTelemetry's `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`
@@ -142,10 +142,8 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
     every span of this process will descend from, if known (a worker's job); when the
     sampler would drop all of them (`never_sampled`), tracing stays off. `attributes`: set
     on every span this process starts (a worker's study, job, site, role and rank).
-    `follow_only`: unless `OTEL_TRACES_SAMPLER` says otherwise, sample what a sampled parent
-    began and never start a trace (`parentbased_always_off`: a service, whose health checks
-    and clients' polls are not traces of their own). `spool`: write the spans to this file
-    for the launcher to forward (`cairn.tracespool`) instead of posting them."""
+    `spool`: write the spans to this file for the launcher to forward (`cairn.tracespool`)
+    instead of posting them."""
     global _tracer, _provider, _exporter
     endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if exporter is None and not endpoint:
@@ -167,12 +165,7 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
     resource = {"service.name": service_name}
     if site:
         resource["cairn.site"] = site
-    sampler = None  # OpenTelemetry's, from the environment
-    if follow_only and not os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
-        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
-
-        sampler = ParentBased(ALWAYS_OFF)
-    provider = TracerProvider(resource=_resource(resource), sampler=sampler)
+    provider = TracerProvider(resource=_resource(resource))
     # A deep queue: bursts of publishes must not drop spans.
     from cairn._traceexport import StampingProcessor, StoppableExporter
 

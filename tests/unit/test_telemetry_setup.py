@@ -99,27 +99,3 @@ def test_the_resource_is_what_the_sdk_would_make(monkeypatch: pytest.MonkeyPatch
     assert ours["service.instance.id"]
     assert ours == sdk
     assert ours["deployment.environment"] == "lab" and ours["cairn.site"] == "site-a"
-
-
-@pytest.mark.parametrize(("sampler", "roots"), [(None, False), ("always_on", True)])
-def test_a_service_follows_traces_but_starts_none_by_default(
-        monkeypatch: pytest.MonkeyPatch, sampler: str | None, roots: bool) -> None:
-    """Services set up with `follow_only`: a job's sampled trace is continued, their own
-    work (a health check, a client's poll without a trace) is not a trace, unless the
-    operator's OTEL_TRACES_SAMPLER says otherwise."""
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    if sampler is None:
-        monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
-    else:
-        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
-    spans = InMemorySpanExporter()
-    assert telemetry.setup("svc", exporter=spans, follow_only=True)
-    with telemetry.span("a root of its own"):
-        pass
-    with telemetry.continued({"traceparent": SAMPLED}, "a job's hop"):
-        pass
-    telemetry.shutdown()
-    names = {s.name for s in spans.get_finished_spans()}
-    assert "a job's hop" in names
-    assert ("a root of its own" in names) is roots

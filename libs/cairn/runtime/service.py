@@ -185,7 +185,7 @@ async def run(names: Sequence[str], config: ServiceConfig,
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     label = "+".join(names)
-    telemetry.setup(f"cairn-{label}", site=config.site, follow_only=True)
+    telemetry.setup(f"cairn-{label}", site=config.site)
     services = [load_service(n, config) for n in names]
     site = config.site
     t0 = time.monotonic()
