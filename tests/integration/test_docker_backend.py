@@ -112,11 +112,43 @@ async def test_the_container_gets_the_contract_its_code_and_read_only_data(
     assert env["DB_PASSWORD_FILE"] == "/cairn/secrets/DB_PASSWORD"
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["CAIRN_ALLOCATION"] == "gpus=0;gpu_ids=;cpus=;memory=0"
+    assert "CAIRN_TRACE_SPOOL" not in env  # the launcher does not trace here
     assert rest.split() == ["from", "the", "bundle", "lungs", "READONLY", "s3cret", "SECRET-RO"]
     assert not (source / "new").exists()
     # The working directory is the host's: what the worker wrote is there after it ended.
     workdir = tmp_path / "site" / "workers" / "j1_site-a_client_0_0"
     assert (workdir / "result.txt").read_text() == "out\n"
+
+
+async def test_a_traced_workers_spans_are_sent_by_the_launcher(
+        backend: DockerBackend, code_dir: Path, tmp_path: Path) -> None:
+    """Inside the container the collector's address may mean nothing (127.0.0.1 is the
+    container): the worker spools its spans in its mounted working directory, and the
+    launcher, on the host, sends them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cairn import tracespool
+    from tests.otlp_receiver import OtlpReceiver
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("test").start_as_current_span("in the container"):
+        pass
+    # What the SDK in the container would have spooled, written there by the container.
+    tracespool.SpoolExporter(str(code_dir / "frames.bin")).export(memory.get_finished_spans())
+    with OtlpReceiver() as receiver:
+        env = {**CONTRACT, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+        script = 'echo "$CAIRN_TRACE_SPOOL"; cat frames.bin > "$CAIRN_TRACE_SPOOL"'
+        handle = await backend.launch(spec(code_dir, ["sh", "-c", script], env=env))
+        ended = await backend.wait(handle)
+        log = Path(handle.log_path).read_text()
+        assert (ended.exit_code, ended.cause) == (0, None), log
+        assert log.split() == ["/cairn/work/.cairn-spans"]
+        assert tracespool.forward(backend.trace_spool(handle), receiver.endpoint) == 1
+        assert [s.name for s in receiver.spans()] == ["in the container"]
 
 
 async def test_exit_codes_and_crashes(backend: DockerBackend, code_dir: Path) -> None:

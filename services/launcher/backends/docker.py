@@ -46,6 +46,7 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest
 
+from cairn import tracespool
 from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._docker_image import approved_image
@@ -209,6 +210,10 @@ class DockerBackend:
         async for chunk in stream_log(read, lambda: handle.launch_id in self._watches,
                                       follow=follow, poll_s=self.poll_s):
             yield chunk
+
+    def trace_spool(self, handle: LaunchHandle) -> Path:
+        """Where this launch's worker spooled its spans, on this side of the mount."""
+        return Path(handle.workdir) / tracespool.SPOOL_NAME
 
     async def close(self) -> None:
         """Stop watching; the containers keep running, for a restarted launcher to find."""
@@ -388,6 +393,11 @@ def _env(spec: LaunchSpec) -> dict[str, str]:
     env.update(spec.env)
     env["CAIRN_WORKDIR"] = WORKDIR
     env["CAIRN_DATA"] = DATA
+    env.pop(tracespool.SPOOL_ENV, None)
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        # The launcher sends the worker's spans (the collector's address may mean nothing
+        # inside the container): see cairn.tracespool.
+        env[tracespool.SPOOL_ENV] = f"{WORKDIR}/{tracespool.SPOOL_NAME}"
     if spec.gpus:  # the runtime exposes only those, renumbered: host ids would not exist
         env.pop("CUDA_VISIBLE_DEVICES", None)
     else:
