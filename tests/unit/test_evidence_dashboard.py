@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
-import pytest
 import yaml
 
 from cairn.evidence import bundle as bundles
@@ -17,6 +16,7 @@ from cairn.evidence.dashboard import recipe_evidence
 from cairn.evidence.keys import SigningKey
 from cairn.recipes import default_catalog_dir
 from tests.fixtures import evidence as ev
+from tests.fixtures.evidence import fresh_now  # noqa: F401 - autouse: NOW per test
 from tests.unit.test_evidence_cli import cairn
 
 LAB_A, LAB_B, STRANGER = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
@@ -24,13 +24,6 @@ TRUST = ev.trust_of(("lab-a", "community", LAB_A), ("lab-b", "site", LAB_B))
 NOW = datetime.now(UTC)
 
 
-@pytest.fixture(autouse=True)
-def fresh_now() -> None:
-    """NOW is when the test runs, as the bundles it makes are: not when the module was
-    imported, which is minutes earlier in a whole-suite run (evidence from the future is
-    invalid)."""
-    global NOW
-    NOW = datetime.now(UTC)
 RESOLVED = msgspec.to_builtins(ev.recipe())
 RESOLVED.pop("provenance", None)
 

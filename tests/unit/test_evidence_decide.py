@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from cairn.coordinator.decide import Context, SiteStatus, decide_job
 from cairn.coordinator.eligibility import EvidenceView
 from cairn.events import (
@@ -29,19 +27,13 @@ from cairn.evidence.vsa import verify_receipt
 from cairn.state import job as job_state
 from cairn.state import study as study_state
 from tests.fixtures import evidence as ev
+from tests.fixtures.evidence import fresh_now  # noqa: F401 - autouse: NOW per test
 
 SITE_KEY, COORDINATOR = SigningKey.generate(), SigningKey.generate()
 TRUST = ev.trust_of(("site-a", "site", SITE_KEY))
 NOW = datetime.now(UTC)
 
 
-@pytest.fixture(autouse=True)
-def fresh_now() -> None:
-    """NOW is when the test runs, as the bundles it makes are: not when the module was
-    imported, which is minutes earlier in a whole-suite run (evidence from the future is
-    invalid)."""
-    global NOW
-    NOW = datetime.now(UTC)
 SITES = ("hub", "site-a", "site-b")
 
 

@@ -13,19 +13,13 @@ from cairn.evidence.keys import SigningKey
 from cairn.evidence.verify import verify_bundle
 from cairn.evidence.vsa import VSA_PREDICATE, build_receipt, verify_receipt
 from tests.fixtures import evidence as ev
+from tests.fixtures.evidence import fresh_now  # noqa: F401 - autouse: NOW per test
 
 KEY = SigningKey.generate()
 TRUST = ev.trust_of(("site-a", "site", KEY))
 NOW = datetime.now(UTC)
 
 
-@pytest.fixture(autouse=True)
-def fresh_now() -> None:
-    """NOW is when the test runs, as the bundles it makes are: not when the module was
-    imported, which is minutes earlier in a whole-suite run (evidence from the future is
-    invalid)."""
-    global NOW
-    NOW = datetime.now(UTC)
 WEEK = timedelta(days=7)
 
 

@@ -25,20 +25,12 @@ from cairn.evidence.statement import (
 )
 from cairn.evidence.verify import verify_bundle
 from tests.fixtures import evidence as ev
+from tests.fixtures.evidence import fresh_now  # noqa: F401 - autouse: NOW per test
 
 SITE_KEY = SigningKey.generate()
 FED_KEY = SigningKey.generate()
 TRUST = ev.trust_of(("site-a", "site", SITE_KEY), ("federation", "first-party", FED_KEY))
 NOW = datetime.now(UTC)
-
-
-@pytest.fixture(autouse=True)
-def fresh_now() -> None:
-    """NOW is when the test runs, as the bundles it makes are: not when the module was
-    imported, which is minutes earlier in a whole-suite run (evidence from the future is
-    invalid)."""
-    global NOW
-    NOW = datetime.now(UTC)
 
 
 def good() -> dict[str, bytes]:
