@@ -49,12 +49,13 @@ def trace_headers(headers: dict[str, str] | None) -> TraceHeaders:
     its `tracestate` with it) and a `tracestate` of at most `TRACESTATE_MAX` characters (W3C
     asks that 512 be passed on; a longer one is dropped, not carried to every later message).
     """
-    parent = (headers or {}).get(TRACEPARENT)
+    headers = headers or {}
+    parent = headers.get(TRACEPARENT)
     if not parent or not _TRACEPARENT.fullmatch(parent) or parent[3:35] == "0" * 32 \
             or parent[36:52] == "0" * 16:
         return {}
     out = {TRACEPARENT: parent}
-    state = (headers or {}).get(TRACESTATE)
+    state = headers.get(TRACESTATE)
     if state and len(state) <= TRACESTATE_MAX and state.isprintable():
         out[TRACESTATE] = state
     return out
@@ -103,16 +104,10 @@ def never_sampled(parent: TraceHeaders | None = None) -> bool:
     sampler = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
     if sampler == "always_off":
         return True
-    if not sampler.startswith("parentbased_") or not parent:
+    valid = trace_headers(parent)  # an invalid parent starts a new trace: not "never"
+    if not sampler.startswith("parentbased_") or not valid:
         return False
-    fields = parent.get(TRACEPARENT, "").strip().split("-")
-    if len(fields) < 4 or len(fields[0]) != 2 or len(fields[1]) != 32 or len(fields[3]) != 2:
-        return False
-    try:
-        trace_id, flags = int(fields[1], 16), int(fields[3], 16)
-    except ValueError:
-        return False
-    return trace_id != 0 and not flags & 1
+    return not int(valid[TRACEPARENT][-2:], 16) & 1
 
 
 def _resource(attributes: dict[str, str]) -> Any:
@@ -166,12 +161,12 @@ def setup(service_name: str, *, exporter: SpanExporter | None = None,
     if site:
         resource["cairn.site"] = site
     provider = TracerProvider(resource=_resource(resource))
-    # A deep queue: bursts of publishes must not drop spans.
     from cairn._traceexport import StampingProcessor, StoppableExporter
 
     if attributes:
         provider.add_span_processor(StampingProcessor(attributes))
     stoppable = StoppableExporter(exporter)
+    # A deep queue: bursts of publishes must not drop spans.
     provider.add_span_processor(BatchSpanProcessor(stoppable, schedule_delay_millis=200,
                                                    max_queue_size=65536,
                                                    max_export_batch_size=2048))

@@ -37,6 +37,11 @@ POST_TIMEOUT_S = 10.0
 _LEN = struct.Struct(">I")
 
 
+def spool_path(workdir: str | Path) -> Path:
+    """The spool of the worker whose working directory is `workdir` (the launcher's view)."""
+    return Path(workdir) / SPOOL_NAME
+
+
 class SpoolExporter:
     """A span exporter (the SDK's `SpanExporter` interface) that appends to the spool."""
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cairn import api, subjects, telemetry
+from cairn import api, subjects, telemetry, tracespool
 from cairn.bus import KV, Bus, Delivery, kv, skipper
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
@@ -324,11 +324,11 @@ class LauncherService:
         assert launch is not None
         await self._report(launch, result)
         self.watchers.pop(launch_id, None)
-        spool = getattr(self.backend, "trace_spool", None)
-        if spool is not None and telemetry.enabled():
+        if getattr(self.backend, "spools_traces", False) and telemetry.enabled():
             # After the end is published: the job does not wait for its spans to go out.
             try:
-                await asyncio.to_thread(telemetry.forward_spool, spool(handle))
+                await asyncio.to_thread(telemetry.forward_spool,
+                                        tracespool.spool_path(handle.workdir))
             except Exception:
                 log.warning("could not forward the spans of %s", launch_id, exc_info=True)
 

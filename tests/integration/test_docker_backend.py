@@ -147,7 +147,8 @@ async def test_a_traced_workers_spans_are_sent_by_the_launcher(
         log = Path(handle.log_path).read_text()
         assert (ended.exit_code, ended.cause) == (0, None), log
         assert log.split() == ["/cairn/work/.cairn-spans"]
-        assert tracespool.forward(backend.trace_spool(handle), receiver.endpoint) == 1
+        assert tracespool.forward(tracespool.spool_path(handle.workdir),
+                                 receiver.endpoint) == 1
         assert [s.name for s in receiver.spans()] == ["in the container"]
 
 

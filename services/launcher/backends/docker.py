@@ -123,6 +123,7 @@ class DockerBackend:
     """
 
     name = "docker"
+    spools_traces = True  # its workers write cairn.tracespool.spool_path(workdir)
 
     def __init__(self, workdir: str | Path, *, grace_s: float = 10.0,
                  docker_host: str | None = None, poll_s: float = 0.25,
@@ -210,10 +211,6 @@ class DockerBackend:
         async for chunk in stream_log(read, lambda: handle.launch_id in self._watches,
                                       follow=follow, poll_s=self.poll_s):
             yield chunk
-
-    def trace_spool(self, handle: LaunchHandle) -> Path:
-        """Where this launch's worker spooled its spans, on this side of the mount."""
-        return Path(handle.workdir) / tracespool.SPOOL_NAME
 
     async def close(self) -> None:
         """Stop watching; the containers keep running, for a restarted launcher to find."""

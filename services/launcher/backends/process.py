@@ -115,6 +115,7 @@ class ProcessBackend:
     """
 
     name = "process"
+    spools_traces = True  # its workers write cairn.tracespool.spool_path(workdir)
 
     def __init__(
         self,
@@ -171,7 +172,7 @@ class ProcessBackend:
             env = worker_env(spec, workdir, self.python, secret_files=True)
             env.update(allocation_env(spec, cpus))
             if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-                env[tracespool.SPOOL_ENV] = str(workdir / tracespool.SPOOL_NAME)
+                env[tracespool.SPOOL_ENV] = str(tracespool.spool_path(workdir))
             argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
             limit = await asyncio.to_thread(
                 apply_memory_limit,
@@ -247,10 +248,6 @@ class ProcessBackend:
                 lambda offset: asyncio.to_thread(read_chunk, path, offset),
                 lambda: handle.launch_id in self._watches, follow=follow, poll_s=self.poll_s):
             yield chunk
-
-    def trace_spool(self, handle: LaunchHandle) -> Path:
-        """Where this launch's worker spooled its spans (see cairn.tracespool)."""
-        return Path(handle.workdir) / tracespool.SPOOL_NAME
 
     async def close(self) -> None:
         """Stop watching; the workers keep running, for a restarted launcher to reattach."""
