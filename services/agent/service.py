@@ -88,7 +88,9 @@ class AgentService:
         self._sites_kv = await kv(rt.bus, subjects.KV_SITES, Heartbeat)
         await self._learn_backend()
         await self._scan_studies()
-        await rt.subscribe_core(subjects.study_admin_all(), self._on_admin)
+        # Joining a study changes this site's rights: the authority has it reconnect, and a
+        # reconnect is the moment to look for new studies (it may read no others).
+        rt.bus.reconnect_listeners.append(self._rescan.set)
         await self._heartbeat()
         rt.spawn(self._heartbeats(), "agent-heartbeat")
         rt.spawn(self._watch(), "agent-watch")
@@ -140,17 +142,16 @@ class AgentService:
 
     # -- studies --------------------------------------------------------------------------
 
-    async def _on_admin(self, msg: Any) -> None:
-        self._rescan.set()
-
     async def _scan_studies(self) -> None:
-        # In a secure federation the broker lets a site read only its own studies: ask the
-        # authority which, rather than wait on refusals.
+        # In a secure federation the broker lets a site read only its own studies, and not
+        # even list the others' names: the authority says which are its own.
         member = await member_studies(self.bus, self.site)
-        for stream in await self.bus.stream_names("STUDY_"):
-            study = stream.removeprefix("STUDY_")
-            if member is not None and study not in member:
-                continue
+        if member is None:
+            names = [s.removeprefix(subjects.STUDY_STREAM_PREFIX)
+                     for s in await self.bus.stream_names(subjects.STUDY_STREAM_PREFIX)]
+        else:
+            names = sorted(member)
+        for study in names:
             if study not in self.studies and is_name(study):
                 try:
                     await self._open_study(study)

@@ -20,6 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kit", required=True, help="the authority's folder from `cairn provision`")
     p.add_argument("--nats-url", default=os.environ.get("CAIRN_NATS_URL"), required=False)
     p.add_argument("--federation", help="federation.yaml: the studies to start from")
+    p.add_argument("--session", type=float,
+                   default=float(os.environ.get("CAIRN_AUTHORITY_SESSION_S", "900")),
+                   help="seconds an admitted connection's rights last before it reconnects "
+                        "for a fresh decision (default 900)")
     p.add_argument("--log-level", default=os.environ.get("CAIRN_LOG_LEVEL", "info"))
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_logging(a.log_level, "text", "authority", "hub")
@@ -28,7 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cairn.spec.federation import load_federation
 
         fed = load_federation(a.federation) if a.federation else None
-        service = AuthorityService(Path(a.kit), a.nats_url or "tls://127.0.0.1:4222", fed)
+        service = AuthorityService(Path(a.kit), a.nats_url or "tls://127.0.0.1:4222", fed,
+                                   session_s=a.session)
 
         async def run() -> None:
             stop = asyncio.Event()

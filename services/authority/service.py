@@ -2,11 +2,18 @@
 
 It starts before every other Cairn process (they cannot connect without it) and reaches the
 server with three static nkey users named in nats.conf: `auth` answers
-`$SYS.REQ.USER.AUTH`, `sys` disconnects connections (`$SYS.REQ.SERVER.<id>.KICK`), and
+`$SYS.REQ.USER.AUTH`, `sys` lists and disconnects connections (`CONNZ`, `KICK`), and
 `reader` follows membership and job ends on the study streams. Whenever membership changes,
 a revocation is written or a job or worker ends, every admitted connection is checked again;
 one whose permissions changed is disconnected, reconnects and gets the new ones, and one that
-lost its standing is refused.
+lost its standing is refused. A connection whose user JWT nears its expiry is disconnected
+too, so it renews its rights while the authority is there to decide them.
+
+What it acts on is checked like every service's input (`cairn.subjects.misplaced`):
+membership comes only from the coordinator's admin subjects, job ends only from the
+coordinator's job subjects, and a worker's end only from its own site's launcher, for that
+worker. Connections it admitted are kept in KV (`connections.py`) and re-learned from the
+servers on start, so a restart forgets none.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 import msgspec
 
 from cairn import subjects
+from cairn.authority.connections import Records, live_connections
 from cairn.bus import Bus, kv, objects, replay
 from cairn.events import (
     STUDY_DECODER,
@@ -39,8 +47,9 @@ from cairn.runtime.context import tls_context
 from cairn.spec.federation import Federation
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.state import study as study_state
-from cairn.trust.authority import Authorizer, Connection
+from cairn.trust.authority import SESSION_S, Authorizer, Connection
 from cairn.trust.credentials import Kind
+from cairn.trust.nkeyjwt import public_key
 from cairn.trust.permissions import Membership
 
 log = logging.getLogger("cairn.authority")
@@ -50,18 +59,23 @@ DISCONNECT_EVENTS = "$SYS.ACCOUNT.APP.DISCONNECT"
 REVOCATION_POLL_S = 0.5
 END_VERBS = ("completed", "failed", "aborted")
 SWEEP_DELAY_S = 0.3
+RENEW_FRACTION = 0.2
+"""A connection is asked to renew once less than this part of its session is left."""
 
 
 class AuthorityService:
     """Answers auth callouts and keeps admitted connections within their rights."""
 
-    def __init__(self, kit: Path, nats_url: str, federation: Federation | None) -> None:
+    def __init__(self, kit: Path, nats_url: str, federation: Federation | None,
+                 session_s: float = SESSION_S) -> None:
         self.kit = kit
         self.nats_url = nats_url
         self.federation = federation
         roots = frozenset((kit / "roots.txt").read_text().split())
-        self.authorizer = Authorizer(roots=roots,
+        self.authorizer = Authorizer(roots=roots, session_s=session_s,
                                      issuer_seed=(kit / "account.nk").read_text().strip())
+        self.reader_key = public_key((kit / "reader.nk").read_text().strip())
+        self.records: Records | None = None
         self.studies: dict[str, study_state.StudyState] = {}
         self.connections: dict[tuple[str, int], Connection] = {}
         self._ensured_sites: set[str] = set()
@@ -81,6 +95,9 @@ class AuthorityService:
         await self._follow()
         await self._reader.subscribe_core(subjects.site_studies_all(), self._on_studies_request)
         await self._sys.subscribe_core(DISCONNECT_EVENTS, self._on_disconnect)
+        self.records = Records(self._reader)
+        await self.records.open()
+        await self._relearn()
         self._auth = await self._connect("auth")
         await self._auth.nc.subscribe(AUTH_SUBJECT, cb=self._on_auth_request)
         await self._auth.nc.flush(timeout=5)
@@ -88,7 +105,8 @@ class AuthorityService:
         log.info("authority ready: %d studies, roots %s", len(self.studies),
                  ", ".join(sorted(self.authorizer.roots)))
         tasks = [asyncio.create_task(self._poll_revocations(stop)),
-                 asyncio.create_task(self._sweeper(stop))]
+                 asyncio.create_task(self._sweeper(stop)),
+                 asyncio.create_task(self._renewals(stop))]
         try:
             await stop.wait()
         finally:
@@ -174,6 +192,11 @@ class AuthorityService:
         except (msgspec.DecodeError, msgspec.ValidationError):
             log.warning("ignoring an undecodable event on %s", msg.subject)
             return
+        wrong = subjects.misplaced(event, msg.subject)
+        if wrong:
+            # The coordinator's consumer dead-letters it; here it is simply never applied.
+            log.warning("ignoring %s on %s: %s", type(event).__name__, msg.subject, wrong)
+            return
         if self._apply(event):
             if isinstance(event, StudyCreated) and event.study:
                 await self._ensure_study(event.study)
@@ -245,6 +268,11 @@ class AuthorityService:
                      conn.client_id)
         if msg.reply and decision.response:
             await msg.respond(decision.response.encode())
+        if conn is not None and self.records is not None:
+            try:
+                await self.records.put(conn)
+            except Exception as exc:  # re-learned from the server at the next start
+                log.warning("could not record cid %d: %s", conn.client_id, exc)
 
     async def _on_disconnect(self, msg: Any) -> None:
         try:
@@ -253,6 +281,33 @@ class AuthorityService:
         except (ValueError, KeyError, TypeError):
             return
         self.connections.pop(key, None)
+        if self.records is not None:
+            await self.records.delete(*key)
+
+    async def _relearn(self) -> None:
+        """Know again every connection the servers hold: restore those with a record, and
+        disconnect those without one (they come back through a fresh decision)."""
+        assert self.records is not None and self._sys is not None
+        records = await self.records.all()
+        live = await live_connections(self._sys)
+        restored = unknown = 0
+        for key, user in live.items():
+            if user == self.reader_key:
+                continue  # this authority's own reader
+            record = records.get(key)
+            if record is not None and record.identity.name == user:
+                self.connections[key] = record.connection()
+                restored += 1
+                continue
+            unknown += 1
+            await self._kick_cid(key[0], key[1], f"{user or 'a connection'} has no record")
+        for key in set(records) - set(live):
+            await self.records.delete(*key)
+        log.info("re-learned %d connection(s) from the server; disconnected %d unknown",
+                 restored, unknown)
+        for key, conn in list(self.connections.items()):
+            if not self.authorizer.still_allowed(conn):
+                await self._kick(key, conn)
 
     # -- keeping connections within their rights ----------------------------------------
 
@@ -267,17 +322,32 @@ class AuthorityService:
                 if not self.authorizer.still_allowed(conn):
                     await self._kick(key, conn)
 
-    async def _kick(self, key: tuple[str, int], conn: Connection) -> None:
-        assert self._sys is not None
+    async def _kick(self, key: tuple[str, int], conn: Connection,
+                    why: str = "its rights changed") -> None:
         self.connections.pop(key, None)
-        subject = f"$SYS.REQ.SERVER.{conn.server_id}.KICK"
+        await self._kick_cid(conn.server_id, conn.client_id,
+                             f"{conn.identity.kind.value} {conn.identity.name}: {why}")
+
+    async def _kick_cid(self, server_id: str, client_id: int, why: str) -> None:
+        assert self._sys is not None
+        subject = f"$SYS.REQ.SERVER.{server_id}.KICK"
         try:
-            await self._sys.request(subject, json.dumps({"cid": conn.client_id}).encode(),
+            await self._sys.request(subject, json.dumps({"cid": client_id}).encode(),
                                     timeout=2.0)
-            log.info("disconnected %s %s (cid %d): its rights changed",
-                     conn.identity.kind.value, conn.identity.name, conn.client_id)
+            log.info("disconnected cid %d (%s)", client_id, why)
         except Exception as exc:
-            log.warning("could not disconnect cid %d: %s", conn.client_id, exc)
+            log.warning("could not disconnect cid %d: %s", client_id, exc)
+
+    async def _renewals(self, stop: asyncio.Event) -> None:
+        """Ask connections to reconnect before their user JWT expires: they come back with
+        rights decided now, and the server never has to close them for an expired JWT."""
+        margin = max(2.0, self.authorizer.session_s * RENEW_FRACTION)
+        while not stop.is_set():
+            await asyncio.sleep(min(margin / 2, 30.0))
+            now = time.time()
+            for key, conn in list(self.connections.items()):
+                if conn.renewable and conn.expires and conn.expires - now < margin:
+                    await self._kick(key, conn, "its session is renewed")
 
     def _load_revocations(self) -> bool:
         path = self.kit / "revoked.json"

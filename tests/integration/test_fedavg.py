@@ -20,7 +20,7 @@ import yaml
 
 from cairn import events as ev
 from cairn import subjects
-from cairn.bus import Bus, objects, replay
+from cairn.bus import Bus, job_files, replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
@@ -133,7 +133,7 @@ async def test_fedavg_two_sites_beats_each_site_alone_and_keeps_data_home(
         assert fed.nats is not None
         bus = await fed.bus()
         try:
-            store = await objects(bus, subjects.obj_artifacts("demo"))
+            store = job_files(bus, "demo", final.job)
             path = tmp_path / "model.npz"
             path.write_bytes(await store.get(model_file.digest, digest=model_file.digest))
             with np.load(path) as m:

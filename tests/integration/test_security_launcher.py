@@ -69,7 +69,9 @@ async def test_a_launch_the_site_did_not_accept_is_refused(
         secure_fed: EmbeddedFederation, tmp_path: Path, change: dict[str, object]) -> None:
     marker = tmp_path / "pwned"
     forged = _forged(1, marker, **change)
-    bus = await secure_fed.bus()
+    # The site's own identity may write on its launch subject (its agent does): the
+    # launcher's own checks are what stop it.
+    bus = await secure_fed.bus(kit="site-a")
     try:
         await bus.publish(forged)
     finally:

@@ -47,7 +47,9 @@ def test_a_site_is_admitted_with_its_permissions() -> None:
     user = decode_jwt(str(_answer(decision.response)["jwt"]), issuers=frozenset(
         {public_key(ISSUER)}))
     assert user["aud"] == "APP" and user["sub"] == "UCONN"
-    assert "cairn.site.site-a.launch.>" in user["nats"]["pub"]["allow"]
+    assert "cairn.site.site-a.launch.requested" in user["nats"]["pub"]["allow"]
+    # Bounded even though a site's credential never expires: it renews by reconnecting.
+    assert time.time() < user["exp"] <= time.time() + _authorizer().session_s + 1
 
 
 def test_refusals_name_their_reason() -> None:

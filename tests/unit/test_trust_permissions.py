@@ -1,13 +1,23 @@
-"""What the broker is told each identity may do (the subject table, scoped)."""
+"""What the broker is told each identity may do: the subject table's rows, bound to the
+identity (the real server's enforcement of the same is tests/integration/test_rights_matrix.py)."""
 
 from __future__ import annotations
 
+import pytest
+
+from cairn.subjects.table import consumer_owner
 from cairn.trust.credentials import Identity, Kind
-from cairn.trust.permissions import Membership, permissions
+from cairn.trust.permissions import Membership, Permissions, permissions
 
 MEMBERS = {"s1": Membership(sites=frozenset({"site-a"}), admins=frozenset({"alice@org-a"})),
            "s2": Membership(sites=frozenset({"site-b"}), admins=frozenset({"bob@org-b"}))}
 KEY = "UAAAA"
+SITE_A = Identity(kind=Kind.SITE, name="site-a", site="site-a")
+ALICE = Identity(kind=Kind.ADMIN, name="alice@org-a", admin_role="lead")
+WORKER = Identity(kind=Kind.WORKER, name="j-1/site-a/client/0/0", site="site-a", study="s1",
+                  job="j-1", role="client")
+HUB = Identity(kind=Kind.HUB, name="hub", site="hub")
+READER = Identity(kind=Kind.READER, name="dash@org-a", study="s1")
 
 
 def _matches(pattern: str, subject: str) -> bool:
@@ -24,54 +34,123 @@ def _may(allow: tuple[str, ...], subject: str) -> bool:
     return any(_matches(p, subject) for p in allow)
 
 
+def _pub(identity: Identity, subject: str) -> bool:
+    return _may(permissions(identity, KEY, MEMBERS).pub_allow, subject)
+
+
+def _sub(identity: Identity, subject: str) -> bool:
+    return _may(permissions(identity, KEY, MEMBERS).sub_allow, subject)
+
+
+def _own(identity: Identity, slot: int = 0) -> str:
+    return f"{consumer_owner(identity.kind.value, identity.name, identity.site)}_{slot}"
+
+
 def test_a_site_writes_only_its_own_token_in_its_own_studies() -> None:
-    site = Identity(kind=Kind.SITE, name="site-a", site="site-a")
-    perms = permissions(site, KEY, MEMBERS)
-    assert _may(perms.pub_allow, "cairn.study.s1.job.j-1.site.site-a.accepted")
-    assert not _may(perms.pub_allow, "cairn.study.s1.job.j-1.site.site-b.accepted")
-    assert not _may(perms.pub_allow, "cairn.study.s2.job.j-1.site.site-a.accepted")
-    assert not _may(perms.pub_allow, "cairn.study.s1.job.j-1.completed")  # coordinator's
-    assert not _may(perms.pub_allow, "cairn.site.site-b.launch.requested")
-    assert _may(perms.pub_allow, "cairn.site.site-a.launch.requested")
-    assert not _may(perms.sub_allow, "cairn.>")
-    assert not _may(perms.pub_allow, "$JS.API.CONSUMER.CREATE.STUDY_s2")
-    assert _may(perms.pub_allow, "$JS.API.CONSUMER.CREATE.STUDY_s1")
-    assert not any("STREAM.CREATE" in p or "STREAM.UPDATE" in p for p in perms.pub_allow)
-    assert "cairn.study.s2.admin.>" in perms.sub_deny
+    assert _pub(SITE_A, "cairn.study.s1.job.j-1.site.site-a.accepted")
+    assert _pub(SITE_A, "cairn.study.s1.job.j-1.site.site-a.exited")
+    assert not _pub(SITE_A, "cairn.study.s1.job.j-1.site.site-a.completed")  # not a site verb
+    assert not _pub(SITE_A, "cairn.study.s1.job.j-1.site.site-b.accepted")
+    assert not _pub(SITE_A, "cairn.study.s2.job.j-1.site.site-a.accepted")
+    assert not _pub(SITE_A, "cairn.study.s1.job.j-1.completed")  # the coordinator's
+    assert not _pub(SITE_A, "cairn.study.s1.admin.site-added")
+    assert not _pub(SITE_A, "cairn.site.site-b.launch.requested")
+    assert _pub(SITE_A, "cairn.site.site-a.launch.requested")
+    assert not _sub(SITE_A, "cairn.>")
+    assert not _sub(SITE_A, "cairn.study.*.admin.>")  # no other study's creation
+    assert not _sub(SITE_A, "cairn.study.s2.admin.created")
+    assert _sub(SITE_A, "cairn.study.s1.admin.created")
+    perms = permissions(SITE_A, KEY, MEMBERS)
+    assert not any("STREAM.CREATE" in p or "STREAM.UPDATE" in p or "STREAM.NAMES" in p
+                   or "STREAM.LIST" in p for p in perms.pub_allow)
+
+
+def test_consumers_belong_to_their_owner() -> None:
+    mine = _own(SITE_A)
+    assert _pub(SITE_A, f"$JS.API.CONSUMER.CREATE.STUDY_s1.{mine}")
+    assert _pub(SITE_A, f"$JS.API.CONSUMER.CREATE.STUDY_s1.{mine}.cairn.study.s1.>")
+    assert _pub(SITE_A, f"$JS.API.CONSUMER.MSG.NEXT.STUDY_s1.{mine}")
+    assert _pub(SITE_A, "$JS.API.CONSUMER.CREATE.STUDY_s1.agent-site-a")
+    assert _pub(SITE_A, "$JS.ACK.STUDY_s1.agent-site-a.1.2.3.4.5")
+    for other in ("coordinator", "agent-site-b", _own(ALICE), "site-b_0"):
+        for verb in ("CREATE", "MSG.NEXT", "DELETE", "INFO"):
+            assert not _pub(SITE_A, f"$JS.API.CONSUMER.{verb}.STUDY_s1.{other}"), other
+        assert not _pub(SITE_A, f"$JS.ACK.STUDY_s1.{other}.1.2.3.4.5")
+    # The unnamed create's body may name any consumer, so it is nobody's but the hub's.
+    assert not _pub(SITE_A, "$JS.API.CONSUMER.CREATE.STUDY_s1")
+    assert not _pub(SITE_A, f"$JS.API.CONSUMER.CREATE.STUDY_s2.{mine}")
+    assert _pub(HUB, "$JS.API.CONSUMER.CREATE.STUDY_s1")
 
 
 def test_membership_changes_the_permissions() -> None:
-    site = Identity(kind=Kind.SITE, name="site-a", site="site-a")
     joined = {**MEMBERS, "s2": Membership(sites=frozenset({"site-a", "site-b"}))}
-    assert permissions(site, KEY, joined) != permissions(site, KEY, MEMBERS)
-    assert _may(permissions(site, KEY, joined).pub_allow,
+    assert permissions(SITE_A, KEY, joined) != permissions(SITE_A, KEY, MEMBERS)
+    assert _may(permissions(SITE_A, KEY, joined).pub_allow,
                 "cairn.study.s2.job.j-1.site.site-a.exited")
 
 
-def test_an_admin_requests_only_in_its_studies() -> None:
-    alice = Identity(kind=Kind.ADMIN, name="alice@org-a", admin_role="lead")
-    perms = permissions(alice, KEY, MEMBERS)
-    assert _may(perms.pub_allow, "cairn.api.study.s1.submit")
-    assert not _may(perms.pub_allow, "cairn.api.study.s2.submit")
-    assert _may(perms.pub_allow, "cairn.api.fed.study-list")
-    assert not _may(perms.pub_allow, "cairn.study.s1.job.j-1.completed")
-    assert perms.sub_allow == (f"_INBOX.{KEY}.>",)
+def test_an_admin_requests_and_reads_only_in_its_studies() -> None:
+    assert _pub(ALICE, "cairn.api.study.s1.submit")
+    assert not _pub(ALICE, "cairn.api.study.s2.submit")
+    assert _pub(ALICE, "cairn.api.fed.study-list")
+    assert not _pub(ALICE, "cairn.study.s1.job.j-1.completed")
+    assert _pub(ALICE, "cairn.api.site.site-a.logs")
+    assert not _pub(ALICE, "cairn.api.site.site-b.logs")  # not a site of its studies
+    assert _pub(ALICE, f"$JS.API.CONSUMER.CREATE.STUDY_s1.{_own(ALICE)}")
+    assert not _pub(ALICE, f"$JS.API.CONSUMER.CREATE.STUDY_s2.{_own(ALICE)}")
+    assert not _pub(ALICE, "$JS.API.CONSUMER.MSG.NEXT.STUDY_s1.coordinator")
     boss = Identity(kind=Kind.ADMIN, name="root@coord", admin_role="project_admin")
-    assert _may(permissions(boss, KEY, MEMBERS).pub_allow, "cairn.api.study.s2.cancel")
+    assert _pub(boss, "cairn.api.study.s2.cancel")
+    assert not _pub(boss, "cairn.study.s2.job.j-1.completed")
 
 
 def test_a_worker_is_confined_to_its_job() -> None:
-    worker = Identity(kind=Kind.WORKER, name="j-1/site-a/client/0/0", site="site-a",
-                      study="s1", job="j-1", role="client")
-    perms = permissions(worker, KEY, MEMBERS)
-    assert _may(perms.pub_allow, "cairn.study.s1.job.j-1.worker.site-a.client.progress")
-    assert not _may(perms.pub_allow, "cairn.study.s1.job.j-1.completed")
-    assert not _may(perms.pub_allow, "cairn.study.s1.job.j-1.site.site-a.exited")
-    assert _may(perms.pub_allow, "cairn.data.s1.j-1.server.0")
-    assert not _may(perms.pub_allow, "cairn.data.s1.j-2.server.0")
-    assert _may(perms.sub_allow, "cairn.data.s1.j-1.client.0")
-    assert not _may(perms.sub_allow, "cairn.data.s1.j-2.client.0")
-    assert not _may(perms.pub_allow, "$JS.API.CONSUMER.CREATE.DATA_s1")
-    outside = Identity(kind=Kind.WORKER, name="w", site="site-b", study="s1", job="j-1",
-                       role="client")
-    assert permissions(outside, KEY, MEMBERS).pub_allow == ()
+    mine = _own(WORKER)
+    assert _pub(WORKER, "cairn.study.s1.job.j-1.worker.site-a.client.progress")
+    assert not _pub(WORKER, "cairn.study.s1.job.j-1.worker.site-a.server.progress")
+    assert not _pub(WORKER, "cairn.study.s1.job.j-2.worker.site-a.client.progress")
+    assert not _pub(WORKER, "cairn.study.s1.job.j-1.site.site-a.exited")
+    assert _pub(WORKER, "cairn.data.s1.j-1.server.0.update")
+    assert not _pub(WORKER, "cairn.data.s1.j-2.server.0.update")
+    assert _pub(WORKER, "cairn.files.s1.j-1." + "a" * 64 + ".m")
+    assert not _pub(WORKER, "cairn.files.s1.j-2." + "a" * 64 + ".m")
+    assert not _pub(WORKER, "$O.artifacts_s1.M.abc")  # the study's code bundles
+    assert _pub(WORKER, f"$JS.API.CONSUMER.CREATE.DATA_s1.{mine}.cairn.data.s1.j-1.>")
+    assert not _pub(WORKER, f"$JS.API.CONSUMER.CREATE.DATA_s1.{mine}.cairn.data.s1.j-2.>")
+    assert not _pub(WORKER, f"$JS.API.CONSUMER.CREATE.DATA_s1.{mine}")  # unfiltered
+    assert not _pub(WORKER, "$JS.API.CONSUMER.DELETE.STUDY_s1.coordinator")
+    assert not _pub(WORKER, "$JS.API.CONSUMER.DELETE.STUDY_s1.agent-site-a")
+    assert not _pub(WORKER, "$JS.API.CONSUMER.MSG.NEXT.DATA_s1.w~other_0")
+    assert _sub(WORKER, "cairn.study.s1.job.j-1.completed")
+    assert not _sub(WORKER, "cairn.study.s1.job.j-2.completed")
+    gone = {"s1": Membership(sites=frozenset({"site-b"}))}
+    assert permissions(WORKER, KEY, gone).pub_allow == ()
+
+
+def test_the_hub_never_writes_as_a_site_or_a_worker() -> None:
+    assert _pub(HUB, "cairn.study.s1.job.j-1.completed")
+    assert _pub(HUB, "cairn.study.s1.admin.site-added")
+    assert _pub(HUB, "cairn.site.hub.launch.requested")  # its own site's agent
+    assert not _pub(HUB, "cairn.site.site-a.launch.requested")
+    assert not _pub(HUB, "cairn.study.s1.job.j-1.worker.site-a.client.result")
+    assert not _pub(HUB, "cairn.study.s1.job.j-1.site.site-a.exited")
+
+
+def test_a_reader_reads_its_study_and_writes_nothing() -> None:
+    perms: Permissions = permissions(READER, KEY, MEMBERS)
+    events = [p for p in perms.pub_allow if not p.startswith("$JS.API.")]
+    assert events == []
+    mine = _own(READER)
+    assert _pub(READER, f"$JS.API.CONSUMER.CREATE.STUDY_s1.{mine}")
+    assert _pub(READER, "$JS.API.STREAM.INFO.STUDY_s1")
+    assert not _pub(READER, f"$JS.API.CONSUMER.CREATE.DATA_s1.{mine}")
+    assert not _pub(READER, f"$JS.API.CONSUMER.CREATE.STUDY_s2.{mine}")
+    with_data = Identity(kind=Kind.READER, name="dash@org-a", study="s1", data=True)
+    assert _pub(with_data, f"$JS.API.CONSUMER.CREATE.DATA_s1.{mine}")
+    assert _pub(with_data, f"$JS.API.CONSUMER.CREATE.FILES_s1.{mine}")
+
+
+@pytest.mark.parametrize("identity", [SITE_A, ALICE, WORKER, HUB, READER], ids=str)
+def test_every_identity_reads_its_own_inbox_only(identity: Identity) -> None:
+    assert _sub(identity, f"_INBOX.{KEY}.x")
+    assert not _sub(identity, "_INBOX.USOMEONEELSE.x")

@@ -138,8 +138,8 @@ class FakeObjects:
 def bus(monkeypatch: pytest.MonkeyPatch) -> FakeBus:
     fake, store = FakeBus(), FakeObjects()
 
-    async def objects(bus: Any, bucket: str) -> FakeObjects:
-        assert bucket == "artifacts_demo"
+    def job_files(bus: Any, study: str, job: str) -> FakeObjects:
+        assert (study, job) == ("demo", "j-1")
         return store
 
     async def replay(bus: Any, stream: str, decoder: Any, *,
@@ -149,7 +149,7 @@ def bus(monkeypatch: pytest.MonkeyPatch) -> FakeBus:
             if any(matches(f, msg.subject) for f in filters):
                 yield FakeReplayed(msg.data, seq)
 
-    monkeypatch.setattr(dataplane, "objects", objects)
+    monkeypatch.setattr(dataplane, "job_files", job_files)
     monkeypatch.setattr(dataplane, "replay", replay)
     fake.store = store  # type: ignore[attr-defined]
     return fake

@@ -6,6 +6,8 @@ bounded redelivery and dead letters, replay from a sequence or a time, KV and ob
 
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus
 from cairn.bus._consume import Delivery, Handler, Subscription
+from cairn.bus._consumers import ConsumerNames
+from cairn.bus._objects import Objects, job_files, objects
 from cairn.bus._poisoned import (
     StoredMessage,
     UndecodableRecord,
@@ -14,8 +16,9 @@ from cairn.bus._poisoned import (
     skipper,
 )
 from cairn.bus._replay import Replayed, replay
-from cairn.bus._stores import KV, Objects, kv, objects
+from cairn.bus._stores import KV, kv
 
-__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "Delivery", "Handler",
-           "Objects", "Replayed", "StoredMessage", "Subscription", "UndecodableRecord", "kv",
-           "last_stored", "objects", "replay", "report_skipped", "skipper"]
+__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "ConsumerNames",
+           "Delivery", "Handler", "Objects", "Replayed", "StoredMessage", "Subscription",
+           "UndecodableRecord", "job_files", "kv", "last_stored", "objects", "replay",
+           "report_skipped", "skipper"]

@@ -19,6 +19,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from cairn import api, subjects, telemetry
+from cairn.bus._consumers import ConsumerNames
 from cairn.bus._streams import ensure_stream
 from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
 from cairn.events import Event, encode
@@ -58,6 +59,15 @@ class Bus:
         self.creds: str | None = None
         """The credentials file this connection authenticated with (requests are signed
         with its key); None on an insecure federation."""
+        self.consumer_names = ConsumerNames()
+        """The consumer names this connection's identity owns (see `cairn.bus._consumers`)."""
+        self.lost = asyncio.Event()
+        """Set when the server closed the connection for good (nats-py does not reconnect
+        after, e.g., an expired user JWT): a service exits and its supervisor restarts it."""
+        self.lost_reason = ""
+        self.reconnect_listeners: list[Callable[[], None]] = []
+        """Called after every reconnect (rights may have changed: e.g. a study joined)."""
+        self._closing = False
 
     # -- connecting ---------------------------------------------------------------------
 
@@ -98,12 +108,24 @@ class Bus:
 
         async def reconnected() -> None:
             await note("reconnected")
+            for listener in list(holder[0].reconnect_listeners if holder else ()):
+                listener()
+
+        holder: list[Bus] = []
+        last_error: list[str] = []
+
+        async def closed() -> None:
+            if holder and not holder[0]._closing:
+                holder[0].lost_reason = last_error[-1] if last_error else "closed"
+                holder[0].lost.set()
 
         refused: list[CairnError] = []
         refusal = asyncio.Event()
         where = ", ".join(servers)
 
         async def error(exc: Exception) -> None:
+            last_error.append(str(exc))
+            del last_error[:-1]
             text = str(exc).lower()
             if "authorization violation" in text:
                 refused.append(PermissionDenied(
@@ -132,6 +154,7 @@ class Bus:
                     connect_timeout=int(max(1, connect_timeout)), allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
+                    closed_cb=closed,
                     pending_size=64 * 1024 * 1024,
                 ))
                 nc = await _connected_or_refused(connecting, refusal, connect_timeout + 3.0)
@@ -145,7 +168,13 @@ class Bus:
                     delay = min(delay * 2, 2.0)
                     continue
                 bus = cls(nc, name=name)
+                holder.append(bus)
                 bus.creds = creds
+                if creds is not None:
+                    from cairn.trust.connect import consumer_names
+
+                    owner, names = consumer_names(creds)
+                    bus.consumer_names = ConsumerNames(owner=owner, names=names)
                 return bus
             except (TimeoutError, NoServersError, OSError, NatsTimeout) as exc:
                 if time.monotonic() >= deadline:
@@ -156,6 +185,7 @@ class Bus:
 
     async def close(self) -> None:
         """Flush what is buffered and close (acks included)."""
+        self._closing = True
         if self.nc.is_closed:
             return
         try:
@@ -171,7 +201,13 @@ class Bus:
     # -- streams and buckets ------------------------------------------------------------
 
     async def ensure(self, *specs: StreamSpec) -> None:
-        """Make sure each stream exists with Cairn's configuration (cached per process)."""
+        """Make sure each stream exists with Cairn's configuration (cached per process).
+
+        An identity with restricted rights (a site, an admin, a worker) makes no stream: a
+        stream's creator chooses its subjects, so the authority makes them for everyone.
+        """
+        if self.consumer_names.restricted:
+            return
         for spec in specs:
             if spec.name in self._ensured:
                 continue
@@ -182,7 +218,8 @@ class Bus:
         await self.ensure(*subjects.GLOBAL_STREAMS)
 
     async def ensure_study(self, study: str) -> None:
-        await self.ensure(subjects.study_stream(study), subjects.data_stream(study))
+        await self.ensure(subjects.study_stream(study), subjects.data_stream(study),
+                          subjects.files_stream(study))
 
     async def ensure_site(self, site: str) -> None:
         await self.ensure(subjects.site_stream(site))
@@ -214,7 +251,7 @@ class Bus:
                            ) -> tuple[str, dict[str, str], bytes] | None:
         """The last stored message on `subject` (subject, headers, data), or None."""
         try:
-            msg = await self.js.get_last_msg(stream, subject)
+            msg = await self.js.get_last_msg(stream, subject, direct=True)
         except NotFoundError:
             return None
         return str(msg.subject or ""), dict(msg.headers or {}), bytes(msg.data or b"")

@@ -22,8 +22,7 @@ from nats.js.errors import NotFoundError
 
 from cairn import subjects, telemetry
 from cairn.bus._connection import MSG_ID, Bus
-from cairn.errors import CairnError
-from cairn.events import DeadLettered, Event, stamp, tag_of
+from cairn.events import DeadLettered, now
 from cairn.events.decoding import decode_with
 
 log = logging.getLogger("cairn.bus")
@@ -66,6 +65,10 @@ class Subscription(Generic[T]):
         self.deliver_new = deliver_new
         self.processed = 0
         self.dead_lettered = 0
+        self.recreated = 0
+        self.last_seq = 0
+        """The stream sequence of the last message handled: a consumer that disappears is
+        made again from the one after it."""
         self._psub: Any = None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -74,7 +77,9 @@ class Subscription(Generic[T]):
 
     def _config(self) -> api.ConsumerConfig:
         return api.ConsumerConfig(
-            durable_name=self.durable,
+            # Named too: the create's API subject then names the consumer (and its filter,
+            # when there is one), where the broker checks that this identity owns it.
+            name=self.durable, durable_name=self.durable,
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=self.ack_wait,
             max_deliver=self.max_deliver,
@@ -130,11 +135,12 @@ class Subscription(Generic[T]):
                     break
                 if "timeout" in type(exc).__name__.lower():
                     continue
+                # The consumer may be gone (deleted: its pulls get no responder, or a 409):
+                # look, and make it again if so.
                 log.debug("fetch on %s failed: %s", self.durable, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-                if "consumer" in str(exc).lower() and "not found" in str(exc).lower():
-                    await self._rebind()
+                await self._rebind()
                 continue
             delay = 0.05
             # A full batch hints at a backlog: drain it before waiting again.
@@ -170,10 +176,33 @@ class Subscription(Generic[T]):
 
     async def _rebind(self) -> None:
         try:
+            if await self._gone():
+                await self._recreate()
             await self._bind()
         except Exception as exc:
             log.debug("rebind %s failed: %s", self.durable, exc)
             await asyncio.sleep(0.5)
+
+    async def _gone(self) -> bool:
+        try:
+            await self.bus.js.consumer_info(self.stream, self.durable)
+        except NotFoundError:
+            return True
+        except Exception:
+            return False  # cannot tell (the server is away): bind as usual and see
+        return False
+
+    async def _recreate(self) -> None:
+        """The durable consumer was deleted (by an operator, or by anyone who could): make it
+        again from the message after the last one handled, and say so."""
+        config = self._config()
+        if self.last_seq:
+            config = config.evolve(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                   opt_start_seq=self.last_seq + 1)
+        await self.bus.js.add_consumer(self.stream, config)
+        self.recreated += 1
+        log.error("consumer %s on %s had disappeared: made it again, resuming after stream "
+                  "sequence %d", self.durable, self.stream, self.last_seq)
 
     async def _handle(self, msg: Msg, *, last: bool = False) -> None:
         meta = msg.metadata
@@ -187,7 +216,7 @@ class Subscription(Generic[T]):
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self._dead_letter(msg, delivery, f"undecodable: {exc}")
             return
-        misplaced = _misplaced(event, msg.subject)
+        misplaced = subjects.misplaced(event, msg.subject)
         if misplaced:
             # The broker lets only a subject's owner publish on it; an event whose content
             # belongs on another subject (a site claiming another site's worker, say) is a
@@ -215,14 +244,17 @@ class Subscription(Generic[T]):
                 await _quiet(msg.nak(delay=wait))
             return
         self.processed += 1
+        self.last_seq = max(self.last_seq, delivery.stream_seq)
         # Whether a stop came is asked now, not before the handler ran: a stop that arrives
         # while the batch's last message is handled gets that ack confirmed too.
         confirm = last and self._stopping.is_set()
         await _quiet(msg.ack_sync(timeout=5) if confirm else msg.ack())
 
     async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
+        # One report per stored message, whoever finds it: the id (the message id too) is
+        # the stream and sequence, so a second consumer's report is a duplicate.
         wrapper = DeadLettered(
-            **stamp(),
+            id=f"dl-{self.stream}-{delivery.stream_seq}", at=now(),
             source=f"bus@{self.durable}", stream=self.stream, subject=msg.subject,
             consumer=self.durable, stream_seq=delivery.stream_seq,
             deliveries=delivery.deliveries, headers=delivery.headers,
@@ -231,6 +263,7 @@ class Subscription(Generic[T]):
         await self.bus.ensure(subjects.DEADLETTER_STREAM)
         await self.bus.publish(wrapper)
         self.dead_lettered += 1
+        self.last_seq = max(self.last_seq, delivery.stream_seq)
         await _quiet(msg.ack())
 
 
@@ -239,16 +272,3 @@ async def _quiet(call: Awaitable[Any]) -> None:
         await call
     except Exception as exc:
         log.debug("ack/nak failed: %s", exc)
-
-
-def _misplaced(event: object, subject: str) -> str:
-    """Why an event does not belong on the subject it came on ("" when it does)."""
-    if not isinstance(event, Event):
-        return ""
-    try:
-        expected = subjects.subject_of(event)
-    except CairnError as exc:
-        return f"not its owner's subject: {exc}"
-    if expected != subject:
-        return f"not its owner's subject: this {tag_of(event)} belongs on {expected}"
-    return ""

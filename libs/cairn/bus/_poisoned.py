@@ -55,7 +55,7 @@ class UndecodableRecord(InvalidInput):
 async def last_stored(bus: Bus, stream: str, subject: str) -> StoredMessage | None:
     """The last message stored on `subject` in `stream`, with its sequence, or None."""
     try:
-        msg = await bus.js.get_last_msg(stream, subject)
+        msg = await bus.js.get_last_msg(stream, subject, direct=True)
     except NotFoundError:
         return None
     return StoredMessage(int(msg.seq or 0), str(msg.subject or ""), dict(msg.headers or {}),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,11 +9,11 @@ from typing import Generic, TypeVar
 
 import msgspec
 from nats.js import api
-from nats.js.errors import NotFoundError
 
 from cairn.bus._connection import Bus
-from cairn.errors import NotFound
+from cairn.bus._consumers import create_ephemeral, delete_consumer
 from cairn.events.decoding import decode_with
+from cairn.subjects import misplaced
 
 T = TypeVar("T")
 
@@ -33,11 +32,16 @@ class Replayed(Generic[T]):
 async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None = None, *,
                  filters: Sequence[str] = (), start_seq: int | None = None,
                  start_time: datetime | None = None, batch: int = 1000,
-                 fetch_timeout: float = 2.0) -> AsyncIterator[Replayed[T]]:
+                 fetch_timeout: float = 2.0, last_per_subject: bool = False,
+                 headers_only: bool = False,
+                 trusted: bool = False) -> AsyncIterator[Replayed[T]]:
     """Yield every stored message of `stream` in order, up to the end as of the call.
 
     An event that does not decode is yielded with `event=None` and the error, not raised:
-    a replay shows history as it is.
+    a replay shows history as it is. So is one that is not its writer's to write where it is
+    stored (`cairn.subjects.misplaced`): a forgery is never folded, at start or later. Its
+    report is the live consumer's job; `trusted` skips the check (raw history tools only).
+    `last_per_subject` gives only the newest message of each subject (a KV bucket's keys).
     """
     opt_seq: int | None = None
     opt_time: datetime | None = None
@@ -46,24 +50,23 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
     elif start_time is not None:
         policy = api.DeliverPolicy.BY_START_TIME
         opt_time = start_time
+    elif last_per_subject:
+        policy = api.DeliverPolicy.LAST_PER_SUBJECT
     else:
         policy = api.DeliverPolicy.ALL
     filters = list(filters)
-    # Named, so a single filter travels in the API subject
-    # ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>), where the broker's permissions can
-    # confine an identity (a worker) to its own subjects of a shared stream.
+    # Named, with one of this identity's own names, so a single filter travels in the API
+    # subject ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>), where the broker's
+    # permissions confine an identity (a worker) to its own subjects of a shared stream.
     config = api.ConsumerConfig(
-        name=f"replay-{os.urandom(8).hex()}",
         ack_policy=api.AckPolicy.NONE, deliver_policy=policy, inactive_threshold=30.0,
         filter_subject=filters[0] if len(filters) == 1 else None,
         filter_subjects=filters if len(filters) > 1 else None, mem_storage=True,
-        max_waiting=1, opt_start_seq=opt_seq, opt_start_time=opt_time)
+        max_waiting=1, opt_start_seq=opt_seq, opt_start_time=opt_time,
+        headers_only=headers_only or None)
     js = bus.js
-    try:
-        info = await js.add_consumer(stream, config)
-    except NotFoundError:
-        raise NotFound(f"stream {stream} does not exist") from None
-    name = info.name
+    info = await create_ephemeral(bus, stream, config, purpose="replay")
+    name = str(info.name)
     psub = await js.pull_subscribe_bind(consumer=name, stream=stream)
     try:
         pending = int(info.num_pending or 0)
@@ -82,12 +85,16 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
                         event = decode_with(decoder, msg.data)
                     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                         error = str(exc)
+                    if event is not None and not trusted:
+                        error = misplaced(event, msg.subject) or None
+                        if error is not None:
+                            event = None
                 yield Replayed(seq=int(meta.sequence.stream), subject=msg.subject,
                                time=meta.timestamp, event=event, raw=bytes(msg.data),
                                error=error, headers=dict(msg.headers or {}))
     finally:
         try:
             await psub.unsubscribe()
-            await js.delete_consumer(stream, name)
         except Exception:
             pass
+        await delete_consumer(bus, stream, name)

@@ -1,24 +1,19 @@
-"""KV buckets for derived views and object stores for large payloads."""
+"""KV buckets: typed views, keys listed through the reader's own consumers."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Generic, TypeVar
 
 import msgspec
-from nats.js.errors import (
-    BucketNotFoundError,
-    KeyNotFoundError,
-    NoKeysError,
-    NotFoundError,
-    ObjectNotFoundError,
-)
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
+from cairn import subjects
 from cairn.bus._connection import Bus
 from cairn.bus._poisoned import Skipper, UndecodableRecord
-from cairn.errors import InvalidInput, NotFound
+from cairn.bus._replay import Replayed, replay
+from cairn.errors import NotFound
 from cairn.events.decoding import decode_with
 
 T = TypeVar("T")
@@ -34,8 +29,9 @@ class KV(Generic[T]):
     """
 
     def __init__(self, kv: Any, type_: type[T], *, bucket: str = "",
-                 on_undecodable: Skipper | None = None) -> None:
+                 on_undecodable: Skipper | None = None, bus: Bus | None = None) -> None:
         self._kv = kv
+        self._bus = bus
         self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(type_)
         self._encoder = msgspec.json.Encoder()
         self._bucket = bucket
@@ -67,10 +63,21 @@ class KV(Generic[T]):
         await self._kv.delete(key)
 
     async def keys(self) -> list[str]:
+        """Every key with a value now (deleted and purged ones are not)."""
+        assert self._bus is not None
+        prefix = f"$KV.{self._bucket}."
+        keys = []
+        items: AsyncIterator[Replayed[None]] = replay(
+            self._bus, subjects.kv_stream(self._bucket), None, filters=[f"{prefix}>"],
+            last_per_subject=True, headers_only=True)
         try:
-            return sorted(await self._kv.keys())
-        except NoKeysError:
+            async for item in items:
+                operation = (item.headers or {}).get("KV-Operation", "")
+                if operation not in ("DEL", "PURGE"):
+                    keys.append(item.subject.removeprefix(prefix))
+        except NotFound:
             return []
+        return sorted(keys)
 
     async def items(self) -> AsyncIterator[tuple[str, T]]:
         for key in await self.keys():
@@ -86,42 +93,4 @@ async def kv(bus: Bus, bucket: str, type_: type[T], *, history: int = 1,
         handle = await bus.js.key_value(bucket)
     except (BucketNotFoundError, NotFoundError):
         handle = await bus.js.create_key_value(bucket=bucket, history=history, ttl=ttl)
-    return KV(handle, type_, bucket=bucket, on_undecodable=on_undecodable)
-
-
-class Objects:
-    """A content-addressed object store: an object's name is its sha256."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-
-    async def put(self, data: bytes, *, name: str | None = None) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        key = name or digest
-        try:
-            info = await self._store.get_info(key)
-            if info is not None and not getattr(info, "deleted", False):
-                return digest
-        except (ObjectNotFoundError, NotFoundError, KeyNotFoundError):
-            pass
-        await self._store.put(key, data)
-        return digest
-
-    async def get(self, name: str, *, digest: str | None = None) -> bytes:
-        try:
-            result = await self._store.get(name)
-        except (ObjectNotFoundError, NotFoundError, KeyNotFoundError):
-            raise NotFound(f"object {name} not found") from None
-        data = bytes(result.data or b"")
-        expected = digest or (name if len(name) == 64 else None)
-        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-            raise InvalidInput(f"object {name} does not match its digest")
-        return data
-
-
-async def objects(bus: Bus, bucket: str) -> Objects:
-    try:
-        store = await bus.js.object_store(bucket)
-    except (BucketNotFoundError, NotFoundError):
-        store = await bus.js.create_object_store(bucket)
-    return Objects(store)
+    return KV(handle, type_, bucket=bucket, on_undecodable=on_undecodable, bus=bus)

@@ -23,6 +23,7 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         deny_delete=spec.deny_delete,
         deny_purge=spec.deny_purge,
         allow_direct=True,
+        allow_rollup_hdrs=spec.allow_rollup,
     )
 
 
@@ -43,5 +44,6 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> None:
     current = info.config
     if (sorted(current.subjects or []) != sorted(config.subjects or [])
             or bool(current.deny_delete) != spec.deny_delete
-            or bool(current.deny_purge) != spec.deny_purge):
+            or bool(current.deny_purge) != spec.deny_purge
+            or bool(current.allow_rollup_hdrs) != spec.allow_rollup):
         await js.update_stream(config)

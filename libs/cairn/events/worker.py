@@ -29,7 +29,8 @@ class WorkerMetric(Event, tag="worker.metric", frozen=True, kw_only=True):
 
 
 class ResultFile(msgspec.Struct, frozen=True, kw_only=True):
-    """A file a worker returned, stored in `artifacts_<study>` under its sha256."""
+    """A file a worker returned, stored with its job's files (`FILES_<study>`) under its
+    sha256."""
 
     name: str
     digest: str

@@ -291,13 +291,13 @@ class EmbeddedFederation:
         opts = self.client_options(actor)
         return {"CAIRN_CREDS": opts["creds"], "CAIRN_TLS_CA": opts["tls_ca"]} if opts else {}
 
-    async def bus(self, name: str = "cairn-test") -> Bus:
-        """A connection as the hub (trusted with every subject): for tools and tests that
-        watch or publish on the federation's behalf."""
+    async def bus(self, name: str = "cairn-test", *, kit: str | None = None) -> Bus:
+        """A connection as the hub (trusted with the federation's own subjects), or as the
+        identity of `kit` (a site or admin): for tools and tests."""
         from cairn.bus import Bus
 
         assert self.nats is not None
-        creds = str(self.trust.creds(self.hub)) if self.trust else None
+        creds = str(self.trust.creds(kit or self.hub)) if self.trust else None
         tls = context.tls_context(str(self.trust.ca), None, None) if self.trust else None
         return await Bus.connect(self.nats.url, name=name, creds=creds, tls=tls)
 

@@ -193,13 +193,22 @@ async def run(names: Sequence[str], config: ServiceConfig,
     if bus is None:
         return 0
     runtime = Runtime(bus, config, site)
+    code = 0
     try:
         await bus.ensure_federation()
         for service in services:
             await service.start(runtime)
             await runtime.serve(subjects.health(service.name, site), _health(service, runtime))
         log.info("ready in %.3fs: %s at site %s", time.monotonic() - t0, label, site)
-        await stop.wait()
+        lost = asyncio.ensure_future(bus.lost.wait())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        lost.cancel()
+        stopping.cancel()
+        if bus.lost.is_set():
+            log.error("the server closed the connection (%s): exiting, for the supervisor to "
+                      "start %s again with a fresh one", bus.lost_reason, label)
+            code = 7
         log.info("stopping %s", label)
     finally:
         for service in reversed(services):
@@ -210,7 +219,7 @@ async def run(names: Sequence[str], config: ServiceConfig,
         await runtime.close()
         await bus.close()
         telemetry.shutdown()
-    return 0
+    return code
 
 
 async def _connect(config: ServiceConfig, label: str, stop: asyncio.Event) -> Bus | None:

@@ -7,6 +7,10 @@ JWT alone is useless), revocations and, for a worker, that its job and its launc
 running; then it answers with a user JWT for the APP account that carries the identity's
 permissions, computed from live membership. A refusal is answered with its reason, which
 the server logs.
+
+Every user JWT expires: after `session_s` (renewed before then by a reconnect the authority
+asks for), and never after the credential itself (a worker's: its job's timeout and a grace).
+So no decision outlives its bound, even one the authority could not act on while it was down.
 """
 
 from __future__ import annotations
@@ -29,10 +33,19 @@ from cairn.trust.nkeyjwt import (
 )
 from cairn.trust.permissions import Membership, Permissions, permissions, studies_of
 
+SESSION_S = 900.0
+"""How long an admitted connection's user JWT lasts before it must connect again."""
+
 
 @dataclass(frozen=True)
 class Connection:
-    """One admitted connection, to find it again when it must be disconnected."""
+    """One admitted connection, to find it again when it must be disconnected.
+
+    Attributes:
+        user_nkey: The key the server gave the connection (its `authorized_user` is the
+            identity's name; the nkey is what the issued JWT names).
+        expires: When its user JWT expires (unix seconds).
+    """
 
     server_id: str
     client_id: int
@@ -42,6 +55,11 @@ class Connection:
     site_jti: str
     permissions: Permissions
     studies: tuple[str, ...] = ()
+    user_nkey: str = ""
+    expires: int = 0
+    renewable: bool = True
+    """Whether a reconnect would extend `expires` (false once the credential's own expiry,
+    not the session's, is what ends it)."""
 
 
 @dataclass
@@ -66,6 +84,7 @@ class Authorizer:
 
     roots: frozenset[str]
     issuer_seed: str
+    session_s: float = SESSION_S
     membership: dict[str, Membership] = field(default_factory=dict)
     revoked_names: set[str] = field(default_factory=set)
     revoked_jtis: set[str] = field(default_factory=set)
@@ -90,19 +109,21 @@ class Authorizer:
             return Decision(response=self._refuse(user_nkey, server_id, str(exc)),
                             reason=str(exc))
         perms = permissions(verified.identity, verified.user_key, self.membership)
-        expires = verified.expires
+        expires = int(t + self.session_s)
+        if verified.expires:
+            expires = min(expires, verified.expires)
         user_claims: dict[str, Any] = {
             "sub": user_nkey, "aud": APP_ACCOUNT, "name": verified.identity.name,
-            "nats": {**perms.claims(), "type": "user", "version": 2}}
-        if expires:
-            user_claims["exp"] = expires
+            "exp": expires, "nats": {**perms.claims(), "type": "user", "version": 2}}
         user_jwt = encode_jwt(user_claims, self.issuer_seed, now=t)
         body = {"sub": user_nkey, "aud": server_id,
                 "nats": {"jwt": user_jwt, "type": "authorization_response", "version": 2}}
         conn = Connection(server_id=server_id, client_id=int(client.get("id", 0)),
                           identity=verified.identity, user_key=verified.user_key,
                           jti=verified.jti, site_jti=verified.site_jti, permissions=perms,
-                          studies=tuple(studies_of(verified.identity, self.membership)))
+                          studies=tuple(studies_of(verified.identity, self.membership)),
+                          user_nkey=user_nkey, expires=expires,
+                          renewable=not verified.expires or verified.expires > expires)
         return Decision(response=encode_jwt(body, self.issuer_seed, now=t), connection=conn)
 
     def _verify(self, nats: Mapping[str, Any], now: float) -> Verified:

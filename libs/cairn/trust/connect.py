@@ -37,6 +37,31 @@ def creds_options(path: str) -> dict[str, Any]:
             "inbox_prefix": inbox_prefix(public_key(seed))}
 
 
+def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
+    """The consumer names a connection with this credentials file may use: (owner, names);
+    no names for the hub, which may use any.
+
+    Raises:
+        InvalidInput: the file is not a Cairn credential.
+    """
+    import msgspec
+
+    from cairn.subjects.table import EPHEMERAL_SLOTS, WORKER_SLOTS, consumer_owner, owned_names
+    from cairn.trust.credentials import Identity, Kind
+    from cairn.trust.nkeyjwt import peek_claims
+
+    jwt, _ = read_creds(Path(path).read_text(encoding="utf-8"))
+    try:
+        identity = msgspec.convert(peek_claims(jwt).get("cairn"), Identity)
+    except (msgspec.ValidationError, CredentialError) as exc:
+        raise InvalidInput(f"not a Cairn credential: {exc}", file=path) from None
+    owner = consumer_owner(identity.kind.value, identity.name, identity.site)
+    if identity.kind is Kind.HUB:
+        return owner, ()
+    slots = WORKER_SLOTS if identity.kind is Kind.WORKER else EPHEMERAL_SLOTS
+    return owner, owned_names(owner, slots)
+
+
 def _file_of(env: Mapping[str, str], name: str) -> str | None:
     """`NAME` (a path) or `NAME_FILE` (a secret file's path); content is written to a file.
 

@@ -34,6 +34,7 @@ class Kind(StrEnum):
     SITE = "site"  # one site's parent: agent, launcher, snapshotter
     ADMIN = "admin"  # a person (or program) acting for an admin
     WORKER = "worker"  # one worker of one job, for that job's lifetime
+    READER = "reader"  # an outside system that reads one study's events (and data, if asked)
 
 
 class Identity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -50,6 +51,7 @@ class Identity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         attempt: A worker's attempt.
         signing_key: A site's public signing key (`A...`), with which it mints workers.
         admin_role: An admin's federation role (`project_admin` sees every study).
+        data: A reader that may also read its study's data plane and job files.
     """
 
     kind: Kind
@@ -62,6 +64,7 @@ class Identity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     attempt: int = 0
     signing_key: str = ""
     admin_role: str = ""
+    data: bool = False
 
 
 class Verified(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,25 +1,48 @@
-"""What the broker lets each identity publish and subscribe: DESIGN.md's subject table,
-limited to the identity's own site token and the studies it belongs to.
+"""What the broker lets each identity publish and subscribe: the subject table's rows, bound
+to the identity's own site, job, role and the studies it belongs to now.
 
-Pure: (identity, membership) -> `Permissions`. The authority computes this at every
-connect and again whenever membership changes (then it disconnects connections whose
-permissions changed, and they come back under the new ones).
+Pure: (identity, membership) -> `Permissions`. The authority computes this at every connect
+and again whenever membership changes (then it disconnects connections whose permissions
+changed, and they come back under the new ones). Nothing here names a subject: every pattern
+comes from `cairn.subjects.table`, and JetStream's API subjects are spelled once, below.
 
-JetStream is reached through its API subjects, so reading a stream means being allowed
-`$JS.API.CONSUMER.*.<stream>...`; every identity gets those only for its own streams.
+Reading a stored subject means a consumer, and a consumer is a name on a stream. An
+identity may create, pull from, inspect and delete only consumers whose names are its own:
+its durables from the table and a few ephemeral names (`owned_names`). JetStream's other
+forms of creating a consumer (an unnamed `CONSUMER.CREATE.<stream>`, whose body may name any
+existing consumer) are never granted except to the hub.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from cairn import subjects
-from cairn.spec.runtime import VALIDATION_STUDY
+from cairn.subjects.table import (
+    CONSUMERS,
+    EPHEMERAL_SLOTS,
+    STREAMS,
+    SUBJECTS,
+    WORKER_SLOTS,
+    Access,
+    Holder,
+    Role,
+    Scope,
+    consumer_owner,
+    fill,
+    fill_with,
+    js_ack,
+    js_api,
+    js_consumer,
+    js_consumer_create,
+    js_stream,
+    owned_names,
+)
 from cairn.trust.credentials import Identity, Kind
-
-JS = "$JS.API"
 
 
 class Membership(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,21 +73,12 @@ def inbox_prefix(user_key: str) -> str:
     return f"_INBOX.{user_key}"
 
 
-def _read_stream(stream: str) -> list[str]:
-    return [f"{JS}.STREAM.INFO.{stream}", f"{JS}.CONSUMER.CREATE.{stream}",
-            f"{JS}.CONSUMER.CREATE.{stream}.>", f"{JS}.CONSUMER.DURABLE.CREATE.{stream}.>",
-            f"{JS}.CONSUMER.INFO.{stream}.>", f"{JS}.CONSUMER.DELETE.{stream}.>",
-            f"{JS}.CONSUMER.MSG.NEXT.{stream}.>", f"{JS}.STREAM.MSG.GET.{stream}",
-            f"{JS}.DIRECT.GET.{stream}", f"{JS}.DIRECT.GET.{stream}.>", f"$JS.ACK.{stream}.>",
-            f"$JS.FC.{stream}.>"]
-
-
-def _kv(bucket: str) -> str:
-    return f"KV_{bucket}"
-
-
-def _obj(bucket: str) -> str:
-    return f"OBJ_{bucket}"
+_ROLES: dict[Kind, frozenset[Role]] = {
+    Kind.HUB: frozenset({Role.COORDINATOR, Role.VALIDATOR, Role.SIGNER, Role.AGENT,
+                         Role.LAUNCHER, Role.SNAPSHOTTER}),
+    Kind.SITE: frozenset({Role.AGENT, Role.LAUNCHER, Role.SNAPSHOTTER}),
+    Kind.WORKER: frozenset({Role.WORKER}),
+}
 
 
 def studies_of(identity: Identity, membership: Mapping[str, Membership]) -> list[str]:
@@ -81,138 +95,250 @@ def studies_of(identity: Identity, membership: Mapping[str, Membership]) -> list
         case Kind.WORKER:
             member = membership.get(identity.study)
             return [identity.study] if member and identity.site in member.sites else []
+        case Kind.READER:
+            return [identity.study] if identity.study in membership else []
     return []
+
+
+def holder_of(identity: Identity, membership: Mapping[str, Membership]) -> Holder:
+    """What the table's scopes bind to for `identity`, given membership now."""
+    holder = _holder(identity, membership)
+    return dataclasses.replace(
+        holder, known_studies=tuple(sorted(membership)),
+        known_sites=tuple(sorted({s for m in membership.values() for s in m.sites})))
+
+
+def _holder(identity: Identity, membership: Mapping[str, Membership]) -> Holder:
+    studies = studies_of(identity, membership)
+    owner = consumer_owner(identity.kind.value, identity.name, identity.site)
+    match identity.kind:
+        case Kind.HUB:
+            return Holder(kind="hub", roles=_ROLES[Kind.HUB], site=identity.site,
+                          studies=None, member_sites=None, owner=owner)
+        case Kind.SITE:
+            return Holder(kind="site", roles=_ROLES[Kind.SITE], site=identity.site,
+                          studies=tuple(studies), owner=owner)
+        case Kind.ADMIN:
+            if identity.admin_role == "project_admin":
+                return Holder(kind="admin", roles=frozenset({Role.ADMIN, Role.PROJECT_ADMIN}),
+                              studies=None, member_sites=None, owner=owner)
+            sites = sorted({s for st in studies for s in membership[st].sites})
+            return Holder(kind="admin", roles=frozenset({Role.ADMIN}), studies=tuple(studies),
+                          member_sites=tuple(sites), owner=owner)
+        case Kind.WORKER:
+            # A worker whose site left its study (or whose study is gone) keeps no right.
+            worker_roles = _ROLES[Kind.WORKER] if studies else frozenset()
+            return Holder(kind="worker", roles=worker_roles, site=identity.site,
+                          studies=tuple(studies), study=identity.study, job=identity.job,
+                          role=identity.role, owner=owner, slots=WORKER_SLOTS)
+        case Kind.READER:
+            reads = frozenset({Role.READER, *([Role.DATA_READER] if identity.data else [])})
+            return Holder(kind="reader", roles=reads if studies else frozenset(),
+                          studies=tuple(studies), study=identity.study, owner=owner)
+    return Holder(kind="none", roles=frozenset())
 
 
 def permissions(identity: Identity, user_key: str,
                 membership: Mapping[str, Membership]) -> Permissions:
     """What `identity` (connected with `user_key`) may publish and subscribe."""
-    studies = studies_of(identity, membership)
-    inbox = f"{inbox_prefix(user_key)}.>"
-    match identity.kind:
-        case Kind.HUB:
-            return _hub(inbox)
-        case Kind.SITE:
-            return _site(identity.site, studies, membership, inbox)
-        case Kind.ADMIN:
-            return _admin(identity, studies, membership, inbox)
-        case Kind.WORKER:
-            return _worker(identity, studies, inbox)
-    return Permissions(pub_allow=(), sub_allow=())
+    return derive(holder_of(identity, membership), inbox_prefix(user_key))
 
 
-def _hub(inbox: str) -> Permissions:
-    # The hub runs the coordinator: it owns studies, jobs and dispatch, so it is trusted with
-    # every Cairn subject and the JetStream API. It still never writes as a worker.
-    return Permissions(pub_allow=("cairn.>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>"),
-                       sub_allow=("cairn.>", inbox, "$JS.>"))
+def derive(holder: Holder, inbox: str) -> Permissions:
+    """The rows of the table that `holder`'s roles name, bound to its tokens."""
+    pub, sub = _rows(holder)
+    return Permissions(pub_allow=pub, sub_allow=_unique((f"{inbox}.>", *sub)))
 
 
-def _site(site: str, studies: list[str], membership: Mapping[str, Membership],
-          inbox: str) -> Permissions:
-    pub: list[str] = [
-        subjects.site_launch_all(site), f"{subjects.ROOT}.site.{site}.*",
-        f"{JS}.INFO", f"{JS}.STREAM.NAMES",
-        f"{JS}.STREAM.INFO.{subjects.DEADLETTER_STREAM.name}",
-        f"$KV.{subjects.KV_SITES}.{site}", f"$KV.{subjects.kv_launches(site)}.>",
-        f"$O.{subjects.OBJ_SNAPSHOTS}.>",
-        f"{subjects.ROOT}.api.site.{site}.*", f"{subjects.ROOT}.health.*.{site}",
-        # Node-collection jobs onto itself (checked again by the coordinator).
-        subjects.api_study(VALIDATION_STUDY, "submit"),
-        subjects.api_study(VALIDATION_STUDY, "job"), subjects.api_study(VALIDATION_STUDY, "jobs"),
-        subjects.deadletter(subjects.site_stream(site).name),
-        subjects.deadletter(subjects.FEDERATION_STREAM.name),
-        subjects.deadletter(_kv(subjects.kv_launches(site))),
-        subjects.deadletter(_kv(subjects.KV_SITES)),
-    ]
-    # No stream is created or changed by a site: a stream's subjects are chosen by its
-    # creator, so creating one could capture subjects the site may not read. The authority
-    # makes the site's own streams before it lets the site in.
-    for stream in (subjects.site_stream(site).name, _kv(subjects.kv_launches(site)),
-                   subjects.FEDERATION_STREAM.name, subjects.EVIDENCE_STREAM.name,
-                   _kv(subjects.KV_SITES), _obj(subjects.OBJ_SNAPSHOTS)):
-        pub += _read_stream(stream)
-    for study in studies:
-        pub += [subjects.site_job_events(study, site),
-                subjects.deadletter(subjects.study_stream(study).name)]
-        pub += _read_stream(subjects.study_stream(study).name)
-        pub += _read_stream(_obj(subjects.obj_artifacts(study)))
-    sub = [inbox, f"{subjects.ROOT}.health.*.{site}", f"{subjects.ROOT}.api.site.{site}.*",
-           f"{subjects.ROOT}.site.{site}.>", subjects.study_admin_all()]
-    # The agent listens to every study's admin events to notice a study it joins; those of
-    # studies it is not in are filtered out by the server.
-    deny = [subjects.study_admin_all(s) for s in sorted(membership) if s not in studies]
-    for study in studies:
-        sub += [subjects.site_cmds(study, site), subjects.site_job_events(study, site)]
-    return Permissions(pub_allow=_unique(pub), sub_allow=_unique(sub), sub_deny=_unique(deny))
+@functools.lru_cache(maxsize=4096)
+def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # Cached: the authority asks again for every connection whenever membership changes,
+    # and a holder (an identity under one membership) always gets the same answer.
+    hub = holder.kind == "hub"
+    pub: list[str] = []
+    sub: list[str] = []
+    names = owned_names(holder.owner, holder.slots)
+    readable: list[str] = []
+    for row in SUBJECTS:
+        if "stream" in row.placeholders:
+            continue  # bound to the streams the holder reads: below
+        for access in _mine(row.writers, holder):
+            pub += _expand(row.pattern, access, holder, row.verbs)
+        for access in _mine(row.readers, holder):
+            sub += _expand(row.pattern, access, holder, row.verbs)
+        if row.kind == "store" and row.stream:
+            # Writing a bucket through JetStream's helpers looks up its stream first; an
+            # object's writer also asks whether the object is there already.
+            for access in _mine(row.writers, holder):
+                for name in _expand(row.stream, access, holder, ()):
+                    pub.append(js_stream("STREAM.INFO", name))
+                    if name.startswith("OBJ_"):
+                        bucket = name.removeprefix("OBJ_")
+                        pub.append(js_stream("DIRECT.GET", name, f"$O.{bucket}.M.>"))
+    for stream in STREAMS:
+        for read in stream.reads:
+            for access in _mine((read.access,), holder):
+                for name in _expand(stream.name, access, holder, ()):
+                    readable.append(name)
+                    tokens = _tokens_of(stream.name, name)
+                    stored = [_wild(fill_with(s, tokens, wildcards=True))
+                              for s in stream.subjects]
+                    if read.filter is None:
+                        filters = None
+                        live = stored
+                    else:
+                        # Only what the stream holds of the filter: `cairn.site.a.*` of
+                        # FEDERATION is its snapshot, drift and config, not its heartbeat.
+                        filters = [c for f in _expand(read.filter, access, holder, ())
+                                   for s in stored if (c := _intersect(f, s))]
+                        live = filters
+                    if not hub:
+                        pub += _stream_read(name, filters, names)
+                    if stream.store in ("events", "files"):
+                        sub += live
+    for consumer in CONSUMERS:
+        for access in _mine((consumer.owner,), holder):
+            for stream_name in _expand(consumer.stream, access, holder, ()):
+                for durable in _expand(consumer.name, access, holder, ()):
+                    pub += _durable(stream_name, durable)
+    for row in SUBJECTS:
+        if "stream" in row.placeholders:
+            for access in _mine(row.writers, holder):
+                if access.bound("stream") is Scope.MEMBER:
+                    pub += [fill(row.pattern, stream=s) for s in readable if "*" not in s]
+                else:
+                    pub += _expand(row.pattern, access, holder, ())
+    if hub:
+        # The hub makes and keeps the federation's streams and buckets, and runs services
+        # that read them with JetStream's own helpers (ordered consumers): all of JetStream's
+        # API, which covers every grant of it above.
+        pub = [p for p in pub if not p.startswith(("$JS.API.", "$JS.ACK."))]
+        pub += [js_api(">"), "$JS.ACK.>", "$JS.FC.>"]
+    return _unique(pub), _unique(sub)
 
 
-def _admin(identity: Identity, studies: list[str], membership: Mapping[str, Membership],
-           inbox: str) -> Permissions:
-    if identity.admin_role == "project_admin":
-        return _project_admin(inbox)
-    pub: list[str] = [subjects.api_fed_all(), f"{subjects.ROOT}.health.>", f"{JS}.INFO",
-                      f"{JS}.STREAM.NAMES"]
-    for stream in (subjects.FEDERATION_STREAM.name, _kv(subjects.KV_SITES),
-                   subjects.EVIDENCE_STREAM.name, _obj(subjects.OBJ_EVIDENCE),
-                   _obj(subjects.OBJ_SNAPSHOTS)):
-        pub += _read_stream(stream)
-    sites: set[str] = set()
-    for study in studies:
-        pub.append(_any_verb(subjects.api_study(study, "any")))
-        artifacts = subjects.obj_artifacts(study)
-        pub += [f"$O.{artifacts}.>"]
-        pub += _read_stream(subjects.study_stream(study).name)
-        pub += _read_stream(subjects.data_stream(study).name)
-        pub += _read_stream(_obj(artifacts))
-        sites |= membership[study].sites if study in membership else set()
-    for site in sorted(sites):
-        pub += [subjects.site_logs(site), subjects.site_snapshot_request(site)]
-    return Permissions(pub_allow=_unique(pub), sub_allow=(inbox,))
+def _mine(accesses: Iterable[Access], holder: Holder) -> list[Access]:
+    return [a for a in accesses if a.role in holder.roles]
 
 
-def _project_admin(inbox: str) -> Permissions:
-    # Every study, present and future, by wildcard: a new study changes nothing here, so
-    # creating one does not disconnect the admin who created it.
-    pub = [subjects.api_fed_all(), subjects.api_study_all(), f"{subjects.ROOT}.health.>",
-           f"{subjects.ROOT}.api.site.*.logs", f"{subjects.ROOT}.api.site.*.snapshot",
-           _any_verb(subjects.api_validation("any")),
-           f"{JS}.INFO", f"{JS}.STREAM.NAMES", "$O.*.>",
-           f"{JS}.STREAM.MSG.DELETE.{subjects.DEADLETTER_STREAM.name}"]
-    for stream in ("*", ):
-        pub += _read_stream(stream)
-    return Permissions(pub_allow=_unique(pub), sub_allow=(inbox,))
+def _own_token(holder: Holder, placeholder: str) -> str | None:
+    match placeholder:
+        case "site":
+            return holder.site or None
+        case "job":
+            return holder.job or None
+        case "role":
+            return holder.role or None
+        case "study":
+            return holder.study or None
+    return None
 
 
-def _worker(identity: Identity, studies: list[str], inbox: str) -> Permissions:
-    if not studies:
-        return Permissions(pub_allow=(), sub_allow=(inbox,))
-    study, job = identity.study, identity.job
-    data = subjects.data_all(study, job)
-    job_events = subjects.job_all(study, job)
-    study_stream = subjects.study_stream(study).name
-    data_stream = subjects.data_stream(study).name
-    artifacts = _obj(subjects.obj_artifacts(study))
-    pub = [
-        _any_verb(subjects.job_worker(study, job, identity.site, identity.role, "any")), data,
-        # STREAM.NAMES: nats-py finds an object store's stream by subject when it reads one.
-        f"$O.{subjects.obj_artifacts(study)}.>", f"{JS}.INFO", f"{JS}.STREAM.NAMES",
-        f"{JS}.STREAM.INFO.{study_stream}", f"{JS}.STREAM.INFO.{data_stream}",
-        # Reads of the study's streams only through consumers filtered on this job.
-        f"{JS}.CONSUMER.CREATE.{study_stream}.*.{job_events}",
-        f"{JS}.CONSUMER.CREATE.{data_stream}.*.{data}",
-        f"{JS}.CONSUMER.MSG.NEXT.{study_stream}.>", f"{JS}.CONSUMER.MSG.NEXT.{data_stream}.>",
-        f"{JS}.CONSUMER.DELETE.{study_stream}.>", f"{JS}.CONSUMER.DELETE.{data_stream}.>",
-        *_read_stream(artifacts),
-    ]
-    return Permissions(pub_allow=_unique(pub), sub_allow=(inbox, data, job_events),
-                       expires=0)
+def _values(placeholder: str, access: Access, holder: Holder,
+            verbs: tuple[str, ...]) -> list[str]:
+    """The tokens one placeholder takes for `holder` under `access` (empty: no right)."""
+    if placeholder == "verb":
+        return list(verbs) or ["*"]
+    scope = access.bound(placeholder)
+    if scope is Scope.OWN:
+        own = _own_token(holder, placeholder)
+        return [own] if own else []
+    if scope is Scope.MEMBER:
+        if placeholder == "study":
+            return ["*"] if holder.studies is None else list(holder.studies)
+        if placeholder == "site":
+            return ["*"] if holder.member_sites is None else list(holder.member_sites)
+    return ["*"]
 
 
-def _any_verb(subject: str) -> str:
-    """`cairn.api.study.s1.any` -> `cairn.api.study.s1.*` (subjects builds literal verbs)."""
-    return subject.rsplit(".", 1)[0] + ".*"
+def _expand(pattern: str, access: Access, holder: Holder, verbs: tuple[str, ...]) -> list[str]:
+    from cairn.subjects.table import _PLACEHOLDER
+
+    placeholders = list(dict.fromkeys(_PLACEHOLDER.findall(pattern)))
+    choices = [_values(p, access, holder, verbs) for p in placeholders]
+    for i, name in enumerate(placeholders):
+        if choices[i] == ["*"] and _embedded(pattern, name):
+            known = {"study": holder.known_studies, "site": holder.known_sites}.get(name)
+            if known is not None:
+                choices[i] = list(known)
+    out = []
+    for combo in itertools.product(*choices):
+        out.append(_wild(fill_with(pattern, dict(zip(placeholders, combo, strict=True)),
+                                   wildcards=True)))
+    return out
+
+
+def _embedded(pattern: str, placeholder: str) -> bool:
+    """Whether `{placeholder}` is only part of a token (`KV_launches_{site}`)."""
+    return any(f"{{{placeholder}}}" in t and t != f"{{{placeholder}}}"
+               for t in pattern.split("."))
+
+
+def _wild(subject: str) -> str:
+    """A token that holds a wildcard is a wildcard (`KV_launches_*` -> `*`)."""
+    return ".".join("*" if "*" in t and t != "*" else t for t in subject.split("."))
+
+
+def _intersect(a: str, b: str) -> str | None:
+    """The subjects two patterns both match, as one pattern (None: they share none)."""
+    x, y = a.split("."), b.split(".")
+    out: list[str] = []
+    for i in range(max(len(x), len(y))):
+        p = x[i] if i < len(x) else None
+        q = y[i] if i < len(y) else None
+        if p == ">" or q == ">":
+            rest = y[i:] if p == ">" else x[i:]
+            if p == ">" and q == ">":
+                rest = [">"]
+            return ".".join(out + rest) if rest else None
+        if p is None or q is None:
+            return None
+        if p == "*":
+            out.append(q)
+        elif q == "*" or p == q:
+            out.append(p)
+        else:
+            return None
+    return ".".join(out)
+
+
+def _tokens_of(template: str, name: str) -> dict[str, str]:
+    """The tokens a stream name was filled with (`STUDY_{study}`, `STUDY_s1` -> s1)."""
+    prefix, _, rest = template.partition("{")
+    if not rest:
+        return {}
+    placeholder = rest.split("}", 1)[0]
+    value = name[len(prefix):] if name != "*" else "*"
+    return {placeholder: value}
+
+
+def _stream_read(stream: str, filters: list[str] | None, names: tuple[str, ...]) -> list[str]:
+    """Reading `stream` (whole, or only `filters`) through the holder's own consumers."""
+    out = [js_stream("STREAM.INFO", stream)]
+    if filters is None:
+        out += [js_stream("STREAM.MSG.GET", stream), js_stream("DIRECT.GET", stream),
+                js_stream("DIRECT.GET", stream, ">")]
+        for name in names:
+            out += [js_consumer_create(stream, name), js_consumer_create(stream, name, ">")]
+    else:
+        for f in filters:
+            out.append(js_stream("DIRECT.GET", stream, f))
+            out += [js_consumer_create(stream, name, f) for name in names]
+    for name in names:
+        out += [js_consumer(verb, stream, name) for verb in ("MSG.NEXT", "DELETE", "INFO")]
+    return out
+
+
+def _durable(stream: str, name: str) -> list[str]:
+    return [js_consumer_create(stream, name), js_consumer_create(stream, name, ">"),
+            *(js_consumer(verb, stream, name)
+              for verb in ("DURABLE.CREATE", "MSG.NEXT", "INFO", "DELETE")),
+            js_ack(stream, name)]
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
+
+
+__all__ = ["EPHEMERAL_SLOTS", "Membership", "Permissions", "derive",
+           "holder_of", "inbox_prefix", "permissions", "studies_of"]

@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from cairn import subjects
-from cairn.bus import MSGPACK, Bus, Objects, Replayed, objects, replay
+from cairn.bus import MSGPACK, Bus, Objects, Replayed, job_files, replay
 from cairn.errors import CairnError, InvalidInput, Timeout
 from cairn.events.decoding import decode_with
 from cairn.names import check_name, new_event_id
@@ -262,7 +262,7 @@ class DataPlane:
 
     async def _objects(self) -> Objects:
         if self._store is None:
-            self._store = await objects(self.bus, subjects.obj_artifacts(self.study))
+            self._store = job_files(self.bus, self.study, self.job)
         return self._store
 
     async def _publish(self, subject: str, topic: str, payload: Any, *, kind: str = "msg",

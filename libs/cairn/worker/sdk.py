@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cairn import subjects, telemetry
-from cairn.bus import Bus, objects, replay
+from cairn.bus import Bus, job_files, replay
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     STUDY_DECODER,
@@ -201,9 +201,9 @@ class Worker:
                                             values={k: float(v) for k, v in values.items()}))
 
     async def result(self, value: Any = None, files: Iterable[str | Path] = ()) -> WorkerResult:
-        """Return the worker's result: a JSON value and files, stored in `artifacts_<study>`
+        """Return the worker's result: a JSON value and files, stored with the job's files
         under their sha256 (`cairn job fetch` downloads them)."""
-        store = await objects(self.bus, subjects.obj_artifacts(self.study))
+        store = job_files(self.bus, self.study, self.job)
         stored = []
         for f in files:
             path = Path(f)

@@ -1,0 +1,78 @@
+"""The one subject an event belongs on, and the owner check every service applies.
+
+Both come from the subject table: an event type has exactly one row, and the row's
+placeholders are filled from the event's own fields (its verb from its tag). The broker lets
+only a row's writers publish on its subjects, so an event that arrived on the subject its
+content names was written by the owner of that content. One that did not is a forgery (or a
+bug) and is never acted on, live or in replay.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from cairn.errors import CairnError, InvalidName
+from cairn.events import Event, tag_of
+from cairn.subjects.table import Subject, fill_with, rows_of_event
+
+
+@cache
+def _row_of(event_type: type[Event]) -> Subject | None:
+    rows = rows_of_event(event_type)
+    return rows[0] if len(rows) == 1 else None
+
+
+def subject_of(event: Event) -> str:
+    """The one subject an event is published on.
+
+    Raises:
+        InvalidName: the event has no row, or a field that becomes a token breaks the rule.
+    """
+    row = _row_of(type(event))
+    if row is None:
+        raise InvalidName(f"no subject for event type {tag_of(event)!r}", field="type")
+    tokens: dict[str, str] = {}
+    for name in row.placeholders:
+        if name == "verb":
+            tokens[name] = tag_of(event).rsplit(".", 1)[1]
+            continue
+        value = getattr(event, name, None)
+        if not isinstance(value, str):
+            raise InvalidName(f"a {tag_of(event)} needs its {name}", field=name)
+        tokens[name] = value
+    return fill_with(row.pattern, tokens)
+
+
+def misplaced(event: object, subject: str) -> str:
+    """Why `event` must not be acted on, having arrived on `subject` ("" when it may).
+
+    Checks that the subject is the one the event's content names (so its study, job, site,
+    role and recipe are the subject's, and its type is one the subject's writer writes), and
+    that a launch id it carries is that worker's own.
+    """
+    if not isinstance(event, Event):
+        return ""
+    try:
+        expected = subject_of(event)
+    except CairnError as exc:
+        return f"not its owner's subject: {exc}"
+    if expected != subject:
+        return f"not its owner's subject: this {tag_of(event)} belongs on {expected}"
+    launch_id = getattr(event, "launch_id", None)
+    if isinstance(launch_id, str):
+        own = _own_launch_id(event)
+        if own is not None and launch_id != own:
+            return (f"not its owner's launch: a {tag_of(event)} of {own} names launch "
+                    f"{launch_id!r}")
+    return ""
+
+
+def _own_launch_id(event: Event) -> str | None:
+    from cairn.state.launch import make_launch_id
+
+    fields = [getattr(event, f, None) for f in ("job", "site", "role", "rank", "attempt")]
+    job, site, role, rank, attempt = fields
+    if not (isinstance(job, str) and isinstance(site, str) and isinstance(role, str)
+            and isinstance(rank, int) and isinstance(attempt, int)):
+        return None
+    return make_launch_id(job, site, role, rank, attempt)
