@@ -23,10 +23,42 @@ class Probe:
     received: list[str] = field(default_factory=list)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
     def refused(self, what: str) -> bool:
         # nats-py lowercases the subject in the message it passes on.
         return any("permissions violation" in e.lower() and what.lower() in e.lower()
                    for e in self.errors)
+
+    async def wait_refused(self, what: str, timeout: float = 10.0) -> bool:
+        """Whether the server refuses `what` (e.g. 'publish to "x"'), waiting for its answer.
+
+        A refusal can reach the client after the answer to a flush sent behind it, so a
+        flush alone proves nothing: the refusal itself is the event waited for.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.refused(what):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except TimeoutError:
+                return self.refused(what)
+        return True
+
+    async def wait_errors(self, count: int, timeout: float = 10.0) -> None:
+        """Wait until at least `count` refusals arrived (or `timeout`)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.errors) < count and (left := deadline - loop.time()) > 0:
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except TimeoutError:
+                return
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -46,6 +78,7 @@ async def connect_as(fed: EmbeddedFederation, creds: Path | None, *,
 
     async def on_error(exc: Exception) -> None:
         probe.errors.append(str(exc))
+        probe.changed.set()
 
     async def on_closed() -> None:
         probe.closed.set()
@@ -67,3 +100,21 @@ async def refused_at_connect(fed: EmbeddedFederation, creds: Path | None) -> str
         return str(exc) or type(exc).__name__
     await probe.close()
     raise AssertionError(f"{creds} connected, but should have been refused")
+
+
+async def js_allowed(probe: Probe, subject: str, payload: bytes = b"",
+                     timeout: float = 10.0) -> bool:
+    """Ask a JetStream API (or store into a stream): True when the server answers, False
+    when it refuses the publish. Both are events, so neither verdict rests on a wait."""
+    answer = asyncio.ensure_future(probe.nc.request(subject, payload, timeout=timeout))
+    refusal = asyncio.ensure_future(probe.wait_refused(f'publish to "{subject}"', timeout))
+    done, _ = await asyncio.wait({answer, refusal}, return_when=asyncio.FIRST_COMPLETED)
+    if refusal in done and refusal.result():
+        answer.cancel()
+        return False
+    refusal.cancel()
+    try:
+        await answer
+    except Exception:
+        return False
+    return True

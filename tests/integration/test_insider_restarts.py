@@ -70,8 +70,7 @@ async def test_a_restarted_authority_cuts_off_what_it_admitted_before(
         probe = await connect_as(fed, kit(fed, "site-c"))
         try:
             await probe.nc.subscribe(subjects.study_all("alpha"))
-            await probe.nc.flush(timeout=5)
-            assert probe.refused(f'subscription to "{subjects.study_all("alpha")}"')
+            assert await probe.wait_refused(f'subscription to "{subjects.study_all("alpha")}"')
         finally:
             await probe.close()
         await site_c.close()
@@ -145,9 +144,8 @@ async def test_a_study_is_news_only_to_its_members(insiders: EmbeddedFederation,
     try:
         for subject in ("cairn.study.*.admin.>", "cairn.study.gamma.admin.>", "cairn.>"):
             await outsider.nc.subscribe(subject, cb=note)
-        await outsider.nc.flush(timeout=5)
         for subject in ("cairn.study.*.admin.>", "cairn.study.gamma.admin.>", "cairn.>"):
-            assert outsider.refused(f'subscription to "{subject}"'), subject
+            assert await outsider.wait_refused(f'subscription to "{subject}"'), subject
         boss = await admin_of(fed, "alpha", actor="admin@coord")
         try:
             from cairn.events import StudyAdmin

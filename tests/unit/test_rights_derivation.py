@@ -28,8 +28,6 @@ IDENTITIES = {
     "reader": Identity(kind=Kind.READER, name="dash@org-a", study="alpha"),
     "data-reader": Identity(kind=Kind.READER, name="dd@org-a", study="alpha", data=True),
 }
-LIVE = ["STUDY_alpha", "STUDY_beta", "DATA_alpha", "FILES_alpha", "SITE_site-a",
-        "SITE_site-b", "FEDERATION", "EVIDENCE", "DEADLETTER"]
 
 
 def _matches(pattern: str, subject: str) -> bool:
