@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from cairn import subjects
 from cairn.agent.policy_file import RuntimeFile
-from cairn.bus import Bus, Delivery, kv, replay
+from cairn.bus import Bus, Delivery, decode_event, kv, replay
 from cairn.errors import CairnError
 from cairn.events import (
     FEDERATION_DECODER,
@@ -32,7 +32,6 @@ from cairn.events import (
     now,
     stamp,
 )
-from cairn.events.decoding import decode_with
 from cairn.names import is_name
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.site import SiteConfig, load_site_config
@@ -116,11 +115,7 @@ class AgentService:
             log.info("no past backend declaration of %s: %s", self.site, exc)
 
     async def _on_backend(self, msg: Any) -> None:
-        try:
-            event = decode_with(FEDERATION_DECODER, msg.data)
-        except Exception as exc:  # garbage on a core subject: nothing to dead-letter
-            log.warning("ignoring an undecodable backend declaration: %s", exc)
-            return
+        event = decode_event(FEDERATION_DECODER, msg)  # garbage or a forgery: None
         if isinstance(event, BackendDeclared):
             self._declared(event)
 

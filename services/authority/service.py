@@ -29,7 +29,7 @@ import msgspec
 
 from cairn import subjects
 from cairn.authority.connections import Records, live_connections
-from cairn.bus import Bus, kv, objects, replay
+from cairn.bus import Bus, decode_event, kv, objects, replay
 from cairn.events import (
     STUDY_DECODER,
     Heartbeat,
@@ -187,15 +187,10 @@ class AuthorityService:
                     self._apply(item.event)
 
     async def _on_study_event(self, msg: Any) -> None:
-        try:
-            event = STUDY_DECODER.decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("ignoring an undecodable event on %s", msg.subject)
-            return
-        wrong = subjects.misplaced(event, msg.subject)
-        if wrong:
-            # The coordinator's consumer dead-letters it; here it is simply never applied.
-            log.warning("ignoring %s on %s: %s", type(event).__name__, msg.subject, wrong)
+        # Checked against its subject (the coordinator's consumer dead-letters a forgery;
+        # here it is simply never applied).
+        event = decode_event(STUDY_DECODER, msg)
+        if event is None:
             return
         if self._apply(event):
             if isinstance(event, StudyCreated) and event.study:

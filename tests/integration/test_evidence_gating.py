@@ -136,7 +136,7 @@ async def test_gating_receipts_expiry_drift_and_restore(fed: EmbeddedFederation,
 
     # A drift that breaks the recipe's kernel constraint demotes site-a before the next job.
     assert fed.nats is not None
-    bus = await fed.bus()
+    bus = await fed.bus(kit="site-a")  # the site's own snapshotter says what it is
     try:
         latest = await remote.latest(bus, "site-a")
         assert latest is not None

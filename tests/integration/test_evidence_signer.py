@@ -132,7 +132,7 @@ async def test_a_submitted_bundle_is_stored_but_counts_only_when_trusted(
 
 async def test_garbage_submissions_are_refused_and_the_signer_keeps_running(
         fed: EmbeddedFederation) -> None:
-    bus = await fed.bus()
+    bus = await fed.bus(kit=DEFAULT_ADMIN)  # evidence is submitted by a project admin
     try:
         for body in (b"", b"not a tarball", bundles.pack({"attestation.dsse.json": b"{"})):
             reply = json.loads(await bus.request(

@@ -15,54 +15,69 @@ from cairn import subjects
 from cairn.bus import CONTENT_TYPE, Bus, replay
 from cairn.client import Client
 from cairn.events import DEADLETTER_DECODER
-from cairn.runtime.embedded import EmbeddedFederation
+from cairn.runtime.context import tls_context
+from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from tests.integration.cp_helpers import write_job
+from tests.integration.insiders import worker_creds
 
 GARBAGE = (b"\xff\xfe not json {", b'{"type": "job.submitted", "job": 7, "roles": "x"}',
            b'{"type": "cmd.deploy", "params": ' + b"[" * 5000 + b"]" * 5000 + b"}")
 
 
 def consumed_subjects() -> dict[str, str]:
-    """Subject -> the service that consumes it (a durable consumer, so a dead letter)."""
+    """Subject -> the identity that may write it (garbage from its rightful writer: the
+    broker refuses anyone else), each consumed by a service's durable consumer."""
     return {
-        subjects.job("demo", "j-garbage", "submitted"): "coordinator",
-        subjects.study_admin("demo", "site-added"): "coordinator",
-        subjects.site_cmd("demo", "site-a", "deploy"): "agent",
-        subjects.site_launch("site-a", "requested"): "launcher",
-        subjects.fed("seeded"): "coordinator",
-        subjects.site_event("site-b", "snapshot"): "coordinator",
-        subjects.validation("site-a", "cpu-docker", "completed"): "signer",
-        subjects.evidence("site-a", "cpu-docker"): "coordinator",
+        subjects.job("demo", "j-garbage", "submitted"): "hub",
+        subjects.study_admin("demo", "site-added"): "hub",
+        subjects.site_cmd("demo", "site-a", "deploy"): "hub",
+        subjects.site_launch("site-a", "requested"): "site-a",
+        subjects.fed("seeded"): "hub",
+        subjects.site_event("site-b", "snapshot"): "site-b",
+        subjects.validation("site-a", "cpu-docker", "completed"): "hub",
+        subjects.evidence("site-a", "cpu-docker"): "hub",
     }
 
 
 async def test_garbage_on_every_family_is_dead_lettered_and_nothing_stops(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     assert federation.nats is not None
-    bus = await federation.bus()
+    targets = consumed_subjects()
+    writers = {name: await federation.bus(kit=name) for name in set(targets.values())}
+    bus = writers["hub"]
     try:
-        targets = consumed_subjects()
-        for n, subject in enumerate(targets):
+        for n, (subject, writer) in enumerate(targets.items()):
             for k, data in enumerate(GARBAGE):
-                await bus.publish_bytes(subject, data, msg_id=f"garbage-{n}-{k}")
+                await writers[writer].publish_bytes(subject, data, msg_id=f"garbage-{n}-{k}")
         # Families nobody consumes durably: core subjects, the data plane, dead letters.
         for data in GARBAGE:
-            await bus.publish_core(subjects.heartbeat("site-a"), data)
-            await bus.publish_core(subjects.heartbeat_all().replace("*", "ghost"), data)
-        await bus.publish_bytes(subjects.data("demo", "j-garbage", "all", "weights"),
-                                GARBAGE[0], msg_id="garbage-data")
+            await writers["site-a"].publish_core(subjects.heartbeat("site-a"), data)
+        worker = await Bus.connect(federation.nats.url, creds=str(worker_creds(
+            federation, job_dir, study="demo", job="j-garbage", site="site-a")),
+            tls=tls_context(str(federation.trust.ca) if federation.trust else None, None,
+                            None))
+        try:
+            await worker.publish_bytes(subjects.data("demo", "j-garbage", "all", "weights"),
+                                       GARBAGE[0], msg_id="garbage-data")
+        finally:
+            await worker.close()
         await bus.publish_bytes(subjects.deadletter("STUDY_demo"), GARBAGE[0],
                                 msg_id="garbage-dl")
-        for data in GARBAGE:  # requests that are garbage get an error reply, not silence
-            reply = await bus.request(subjects.api_fed("study-list"), data, timeout=10)
-            assert msgspec.json.decode(reply)["ok"] is False
-            await bus.request(subjects.health("agent", "site-a"), data, timeout=10)
+        admin = await federation.bus(kit=DEFAULT_ADMIN)
+        try:
+            for data in GARBAGE:  # requests that are garbage get an error reply, not silence
+                reply = await admin.request(subjects.api_fed("study-list"), data, timeout=10)
+                assert msgspec.json.decode(reply)["ok"] is False
+                await admin.request(subjects.health("agent", "site-a"), data, timeout=10)
+        finally:
+            await admin.close()
 
         letters = await _wait_dead_letters(bus, set(targets), len(GARBAGE))
         for subject in targets:
             assert letters.get(subject, 0) >= len(GARBAGE), (subject, letters)
     finally:
-        await bus.close()
+        for writer in writers.values():
+            await writer.close()
 
     await federation.wait_healthy(60)
     assert all(p.proc.poll() is None for p in federation.processes)
@@ -83,7 +98,12 @@ async def test_every_message_says_its_content_type(
         seen.append((msg.subject, dict(msg.headers or {}), bytes(msg.data)))
 
     try:
-        await bus.subscribe_core(f"{subjects.ROOT}.>", note)
+        # Everything the hub may read live (it may not subscribe to all of `cairn.>`).
+        for subject in (subjects.study_all("demo"), subjects.data_all("demo"),
+                        subjects.heartbeat_all(), f"{subjects.ROOT}.fed.>",
+                        *(subjects.site_launch_all(s) for s in federation.sites),
+                        subjects.validation_any(), subjects.files_all("demo")):
+            await bus.subscribe_core(subject, note)
         job_id = await client.submit(write_job(job_dir, script=DATA_PLANE_JOB, roles=ROLES))
         final = await client.wait(job_id, timeout=180)
         assert final.state == "completed", (final.cause, final.message, final.workers)

@@ -62,7 +62,11 @@ async def test_a_restarted_authority_cuts_off_what_it_admitted_before(
         await wait_for(cut_off, "the job ended: its worker is cut off", 10)
 
         # Membership changed after the restart reaches a connection admitted before it.
-        await alpha.study_remove_site("site-c")
+        boss = await admin_of(fed, "alpha", actor="admin@coord")
+        try:
+            await boss.study_remove_site("site-c")
+        finally:
+            await boss.close()
 
         async def dropped() -> bool:
             return site_c.closed.is_set() or site_c.nc.stats["reconnects"] >= 1
@@ -90,9 +94,7 @@ async def test_a_connection_with_no_record_is_decided_again(
         try:
             from cairn.authority.connections import BUCKET
 
-            store = await bus.js.key_value(BUCKET)
-            for key in await store.keys():
-                await store.delete(key)
+            await bus.js.delete_key_value(BUCKET)
         finally:
             await bus.close()
         await restart_authority(fed)

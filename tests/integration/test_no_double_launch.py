@@ -39,6 +39,7 @@ ONLY_SITE_A = """\
 async def _republish_under_fresh_ids(fed: EmbeddedFederation, job_id: str) -> None:
     assert fed.nats is not None
     bus = await fed.bus()
+    site_a = await fed.bus(kit="site-a")  # the launch subject is site-a's agent's to write
     try:
         deploys = [r.event async for r in replay(
             bus, subjects.study_stream("demo").name, ev.STUDY_DECODER,
@@ -48,9 +49,10 @@ async def _republish_under_fresh_ids(fed: EmbeddedFederation, job_id: str) -> No
             bus, subjects.site_stream("site-a").name, ev.SITE_DECODER)
             if isinstance(r.event, ev.LaunchRequested) and r.event.job == job_id]
         assert len(deploys) == 1 and len(launches) == 1, (deploys, launches)
-        for event in (deploys[0], launches[0]):
-            await bus.publish(msgspec.structs.replace(event, id=f"{event.id}.an-hour-later"))
+        for writer, event in ((bus, deploys[0]), (site_a, launches[0])):
+            await writer.publish(msgspec.structs.replace(event, id=f"{event.id}.an-hour-later"))
     finally:
+        await site_a.close()
         await bus.close()
 
 

@@ -21,8 +21,9 @@ GARBAGE = b"\xff not an event {"
 
 
 async def _poison(fed: EmbeddedFederation) -> None:
+    """Garbage in the stores, each written by the one identity the broker lets write it."""
     assert fed.nats is not None
-    bus = await fed.bus()
+    bus = await fed.bus(kit="site-a")
     try:
         # Wait for site-a's first snapshot, so the garbage is the last record, not the only one.
         deadline = time.monotonic() + 60
@@ -34,10 +35,17 @@ async def _poison(fed: EmbeddedFederation) -> None:
                                 msg_id="poison-snapshot")
         launches = await bus.js.key_value(subjects.kv_launches("site-a"))
         await launches.put("demo.poison.client.0", b'{"launch_id": 7}')
-        sites = await bus.js.key_value(subjects.KV_SITES)
-        await sites.put("ghost", b"[1, 2, 3]")
     finally:
         await bus.close()
+    # The hub's own heartbeat record, once its parent (whose agent would overwrite it) is
+    # gone; the coordinator reads the records before that agent starts again.
+    fed.kill("coordinator")
+    hub = await fed.bus(kit=fed.hub)
+    try:
+        sites = await hub.js.key_value(subjects.KV_SITES)
+        await sites.put(fed.hub, b"[1, 2, 3]")
+    finally:
+        await hub.close()
 
 
 async def _reports(fed: EmbeddedFederation) -> tuple[list[RecordSkipped], list[str]]:
@@ -87,8 +95,8 @@ async def test_poisoned_start_records_are_skipped_and_cairn_up_comes_up(
     snap = by_service[("snapshotter", "site-a")]
     assert snap.key == subjects.site_event("site-a", "snapshot") and snap.seq > 0
     assert by_service[("launcher", "site-a")].key == "demo.poison.client.0"
-    assert by_service[("coordinator", "ghost")].store == f"KV_{subjects.KV_SITES}"
+    assert by_service[("coordinator", "hub")].store == f"KV_{subjects.KV_SITES}"
     assert subjects.site_event("site-a", "snapshot") in letters
     # KV dead letters name the entry's own subject: a redrive writes the entry back.
     assert f"$KV.{subjects.kv_launches('site-a')}.demo.poison.client.0" in letters
-    assert f"$KV.{subjects.KV_SITES}.ghost" in letters
+    assert f"$KV.{subjects.KV_SITES}.hub" in letters

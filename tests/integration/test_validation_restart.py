@@ -25,7 +25,7 @@ async def test_a_run_cut_off_by_a_validator_crash_ends_as_error(tmp_path: Path) 
     try:
         await fed.wait_healthy(60)
         assert fed.nats is not None
-        bus = await fed.bus()
+        bus = await fed.bus(kit=DEFAULT_ADMIN)  # a project admin starts validations
         try:
             since = datetime.now(UTC)
             envelope = api.Envelope(request=api.ValidationRun(

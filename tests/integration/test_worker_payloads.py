@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from cairn import subjects
-from cairn.bus import objects, replay
+from cairn.bus import job_files, replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.worker.dataplane import encode_payload
@@ -77,8 +77,8 @@ async def test_20mib_payload_request_reply_and_broadcast_between_workers(
     try:
         sizes = [len(r.raw) async for r in replay(bus, subjects.data_stream("demo").name)]
         assert sizes and max(sizes) < 4096  # only references crossed the subjects
-        # The payload is in the store under its digest, and reads back intact.
-        store = await objects(bus, subjects.obj_artifacts("demo"))
+        # The payload is in the job's files under its digest, and reads back intact.
+        store = job_files(bus, "demo", job_id)
         arr = np.random.default_rng(7).integers(0, 2**62, size=20 * 1024 * 1024 // 8,
                                                 dtype=np.int64)
         _, body = encode_payload({"arr": arr})

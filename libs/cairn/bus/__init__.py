@@ -4,6 +4,7 @@ Publish (with `Nats-Msg-Id` = event id and W3C trace context), durable pull cons
 bounded redelivery and dead letters, replay from a sequence or a time, KV and object stores.
 """
 
+from cairn.bus._checked import decode_event
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus
 from cairn.bus._consume import Delivery, Handler, Subscription
 from cairn.bus._consumers import ConsumerNames
@@ -20,5 +21,5 @@ from cairn.bus._stores import KV, kv
 
 __all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "ConsumerNames",
            "Delivery", "Handler", "Objects", "Replayed", "StoredMessage", "Subscription",
-           "UndecodableRecord", "job_files", "kv", "last_stored", "objects", "replay",
-           "report_skipped", "skipper"]
+           "UndecodableRecord", "decode_event", "job_files", "kv", "last_stored", "objects",
+           "replay", "report_skipped", "skipper"]

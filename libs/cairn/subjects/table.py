@@ -292,9 +292,10 @@ SUBJECTS: tuple[Subject, ...] = (
     _row("api.check-jobs", f"{ROOT}.api.study.validation.{{verb}}", "request",
          (by(Role.SNAPSHOTTER),), readers=_COORD, verbs=("submit", "job", "jobs"),
          doc="a site's node-collection jobs onto itself (checked again by the coordinator)"),
-    _row("api.site.logs", f"{ROOT}.api.site.{{site}}.logs", "request", _SITE_ADMINS,
+    _row("api.site.logs", f"{ROOT}.api.site.{{site}}.logs", "request",
+         (*_SITE_ADMINS, by(Role.VALIDATOR)),
          readers=(_own(Role.LAUNCHER, "site", member_study=False),), verbs=(),
-         doc="a worker's log, from its site's launcher (signed, scoped to the job's study)"),
+         doc="a worker's log, from its site's launcher (the validator reads its check jobs')"),
     _row("api.site.snapshot", f"{ROOT}.api.site.{{site}}.snapshot", "request",
          (*_SITE_ADMINS, by(Role.VALIDATOR)),
          readers=(_own(Role.SNAPSHOTTER, "site", member_study=False),), verbs=(),
@@ -361,7 +362,9 @@ STREAMS: tuple[Stream, ...] = (
                         f"{ROOT}.validation.>"), "events",
            (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN)),
             *(Read(_own(r, "site", member_study=False), f"{ROOT}.site.{{site}}.*")
-              for r in (Role.AGENT, Role.LAUNCHER, Role.SNAPSHOTTER))),
+              for r in (Role.AGENT, Role.LAUNCHER, Role.SNAPSHOTTER)),
+            # Who the federation's sites and admins are (the snapshotter names an admin).
+            Read(by(Role.SNAPSHOTTER), f"{ROOT}.fed.>")),
            doc="federation seed, site facts, snapshots, drift, validation"),
     Stream(EVIDENCE, (f"{ROOT}.evidence.>",), "events",
            (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN))),

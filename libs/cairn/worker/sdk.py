@@ -37,10 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-import msgspec
-
 from cairn import subjects, telemetry
-from cairn.bus import Bus, job_files, replay
+from cairn.bus import Bus, decode_event, job_files, replay
 from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     STUDY_DECODER,
@@ -53,7 +51,6 @@ from cairn.events import (
     WorkerResult,
     stamp,
 )
-from cairn.events.decoding import decode_with
 from cairn.worker.allocation import prove_allocation
 from cairn.worker.dataplane import DataPlane, Handler, Message, RemoteError
 
@@ -259,10 +256,9 @@ class Worker:
                 self.deployments = list(event.deployments)
 
         async def on_msg(msg: Any) -> None:
-            try:
-                note(decode_with(STUDY_DECODER, msg.data))
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                return
+            event = decode_event(STUDY_DECODER, msg)  # a site speaks for its own workers
+            if event is not None:
+                note(event)
 
         # Subscribe first, then read what came before: nothing falls in between.
         subject = subjects.job_all(self.study, self.job)
