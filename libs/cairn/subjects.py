@@ -348,6 +348,8 @@ DEADLETTER_STREAM = StreamSpec(name="DEADLETTER", subjects=(f"{ROOT}.deadletter.
 GLOBAL_STREAMS = (FEDERATION_STREAM, EVIDENCE_STREAM, DEADLETTER_STREAM)
 
 KV_SITES = "sites"
+KV_NONCES = "nonces"
+"""Nonces of accepted signed requests, each kept as long as a request can be valid."""
 OBJ_EVIDENCE = "evidence"
 OBJ_SNAPSHOTS = "snapshots"
 """Snapshots too large to ride inline in `site.snapshot` (and those a validation evaluated),

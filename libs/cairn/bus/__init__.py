@@ -4,6 +4,7 @@ Publish (with `Nats-Msg-Id` = event id and W3C trace context), durable pull cons
 bounded redelivery and dead letters, replay from a sequence or a time, KV and object stores.
 """
 
+from cairn.bus._claims import Claims, claims
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus
 from cairn.bus._consume import Delivery, Handler, Subscription
 from cairn.bus._poisoned import (
@@ -16,6 +17,7 @@ from cairn.bus._poisoned import (
 from cairn.bus._replay import Replayed, replay
 from cairn.bus._stores import KV, Objects, kv, objects
 
-__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "Delivery", "Handler",
-           "Objects", "Replayed", "StoredMessage", "Subscription", "UndecodableRecord", "kv",
-           "last_stored", "objects", "replay", "report_skipped", "skipper"]
+__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "Claims", "Delivery",
+           "Handler", "Objects", "Replayed", "StoredMessage", "Subscription",
+           "UndecodableRecord", "claims", "kv", "last_stored", "objects", "replay",
+           "report_skipped", "skipper"]
