@@ -4,8 +4,12 @@ refused after the coordinator is killed and restarted, or when it cannot be chec
 
 from __future__ import annotations
 
+import base64
+import os
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from cairn import api, subjects
@@ -13,7 +17,8 @@ from cairn.client import Client, JobRequest
 from cairn.errors import PermissionDenied, Unavailable
 from cairn.events import JobSubmitted, Resources, RoleRequest
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
-from cairn.trust.requests import RequestSigner
+from cairn.trust.nkeyjwt import read_creds_file, sign
+from cairn.trust.requests import RequestSigner, legacy_signed_bytes
 from tests.integration.cp_helpers import study_events
 
 
@@ -33,6 +38,19 @@ def _signed_submit(fed: EmbeddedFederation, request: JobRequest) -> bytes:
     signer = RequestSigner.from_creds(fed.trust.creds(DEFAULT_ADMIN))
     return signer.sign(api.Envelope(request=api.Submit(spec=request), actor=DEFAULT_ADMIN,
                                     study="demo"))
+
+
+def _legacy_signed_submit(fed: EmbeddedFederation, request: JobRequest) -> bytes:
+    """A submit as clients before the splice sent it: signed over the envelope as the
+    receiver re-encodes it (`600.0`), sent as the client encodes it (`600`)."""
+    assert fed.trust is not None
+    jwt, seed = read_creds_file(fed.trust.creds(DEFAULT_ADMIN))
+    envelope = api.Envelope(request=api.Submit(spec=request), actor=DEFAULT_ADMIN,
+                            study="demo", nonce=base64.urlsafe_b64encode(os.urandom(18)).decode(),
+                            expires=datetime.now(UTC) + timedelta(seconds=60), key_id=jwt)
+    signature = base64.urlsafe_b64encode(sign(seed, legacy_signed_bytes(envelope)))
+    return api.encode_envelope(msgspec.structs.replace(
+        envelope, signature=signature.decode().rstrip("=")))
 
 
 async def _send(fed: EmbeddedFederation, payload: bytes) -> api.Result:
@@ -59,6 +77,11 @@ async def test_loosely_typed_values_sign_and_verify_through_client_and_coordinat
     assert submitted.queue_timeout_s == 1e17
     params: dict[str, Any] = submitted.params
     assert params == {"lr": 0.1, "note": "naïve ☃", "7": [1, 2.5]}
+    # A client from before the splice is still understood.
+    legacy = _legacy_signed_submit(federation, _loose_request("legacy"))
+    assert b'"timeout_s":600,' in legacy
+    assert isinstance(await _send(federation, legacy), api.Submitted)
+    assert len(await _submitted(federation, "legacy")) == 1
 
 
 async def test_a_request_replayed_after_kill_9_of_the_coordinator_is_refused(
