@@ -213,7 +213,9 @@ class RequestVerifier:
             raise PermissionDenied(f"the signer's credential is not valid: {exc}",
                                    field="key_id") from None
         signature = decode_b64_any(envelope.signature)
-        spliced = signed_bytes(raw)
+        # The spliced signature must be the one decoded (not some other `signature` member).
+        spliced = signed_bytes(raw) if raw.endswith(
+            b'"' + envelope.signature.encode() + b'"}') else None
         if not ((spliced is not None and verify(signer.user_key, spliced, signature))
                 or verify(signer.user_key, legacy_signed_bytes(envelope), signature)):
             raise PermissionDenied("tampered request: the signature does not match its "
