@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from cairn import files
 from cairn.errors import InvalidInput
 
 T = TypeVar("T")
@@ -162,8 +163,7 @@ def _line_of(event: yaml.Event) -> int | None:
 
 
 def _too_large(file: str, limits: YamlLimits) -> InvalidInput:
-    return InvalidInput(
-        f"larger than the limit of {limits.max_bytes} bytes (CAIRN_YAML_MAX_BYTES)", file=file)
+    return files.too_large(file, limits.max_bytes, "CAIRN_YAML_MAX_BYTES")
 
 
 def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str) -> Any:
@@ -205,30 +205,16 @@ def _build(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str)
 
 def read_text(path: str | Path, *, shown: str | None = None,
               limits: YamlLimits | None = None) -> str:
-    """An operator file's text, read at bounded cost.
+    """An operator file's text, read at bounded cost (`cairn.files`).
 
     Raises:
         InvalidInput: naming the file (as `shown` when given): it is missing, unreadable,
-            larger than `limits.max_bytes` (read no further than that), or not UTF-8 (naming
-            the byte offset of the first bad byte).
+            not a regular file (a FIFO, a device), larger than `limits.max_bytes` (read no
+            further than that), or not UTF-8 (naming the byte offset of the first bad byte).
     """
-    p = Path(path)
-    file = shown or str(p)
     limits = limits or YamlLimits.from_env()
-    try:
-        with p.open("rb") as handle:
-            data = handle.read(limits.max_bytes + 1)
-    except FileNotFoundError:
-        raise InvalidInput("file not found", file=file) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror or exc}", file=file) from None
-    if len(data) > limits.max_bytes:
-        raise _too_large(file, limits)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"not UTF-8: byte {data[exc.start]:#04x} at byte offset {exc.start}",
-                           file=file) from None
+    return files.read_text(path, limit=limits.max_bytes, shown=shown,
+                           limit_name="CAIRN_YAML_MAX_BYTES")
 
 
 def load(path: str | Path, type_: type[T]) -> T:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict, cast, get_args
 
-from cairn import api
+from cairn import api, subjects
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (
     JobCancelRequested,
@@ -32,7 +32,7 @@ from cairn.state import study as study_state
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
 from cairn.subjects import ApiAddress
-from cairn.trust.requests import RequestVerifier
+from cairn.trust.requests import RAW_REQUEST, BucketNonces, RequestVerifier
 
 if TYPE_CHECKING:
     from cairn.coordinator.service import CoordinatorService
@@ -43,6 +43,7 @@ class Requests:
 
     def __init__(self, service: CoordinatorService) -> None:
         self.svc = service
+        self._verifier: RequestVerifier | None = None
 
     @property
     def source(self) -> str:
@@ -86,7 +87,7 @@ class Requests:
 
     async def handle(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
         """Answer one request (federation verbs, or study verbs of `address.study`)."""
-        envelope = self._verified(envelope, address)
+        envelope = await self._verified(envelope, address)
         if address.scope == "study":
             assert address.study is not None
             return await self._study(address.study, envelope)
@@ -94,16 +95,21 @@ class Requests:
             return await self._fed(envelope)
         raise NotFound(f"the coordinator does not serve {address.scope} requests")
 
-    def _verified(self, envelope: api.Envelope, address: ApiAddress) -> api.Envelope:
-        """In a secure federation, the envelope as signed, its actor the verified signer
-        (`cairn.trust.requests`); otherwise the actor is taken on trust."""
+    async def _verified(self, envelope: api.Envelope, address: ApiAddress) -> api.Envelope:
+        """In a secure federation, the envelope as signed, its actor the verified signer,
+        its nonce recorded in KV `nonces` (`cairn.trust.requests`); otherwise the actor is
+        taken on trust."""
         creds = self.svc.config.creds
         if not creds:
             return envelope
-        verifier: RequestVerifier | None = getattr(self, "_verifier", None)
-        if verifier is None:
-            verifier = self._verifier = RequestVerifier.from_kit(creds)
-        return verifier.verify_envelope(envelope, study=address.study)
+        if self._verifier is None:
+            self._verifier = RequestVerifier.from_kit(
+                creds, BucketNonces(self.svc.bus, subjects.KV_NONCES))
+        raw = RAW_REQUEST.get()
+        if raw is None:
+            raise PermissionDenied("the request's bytes are not at hand, so its signature "
+                                   "cannot be checked", field="signature")
+        return await self._verifier.verify(raw, envelope, study=address.study)
 
     async def _fed(self, envelope: api.Envelope) -> api.Result:
         svc = self.svc

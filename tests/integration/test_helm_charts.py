@@ -5,6 +5,7 @@ RBAC that grants exactly what the launcher's Kubernetes backend and the snapshot
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 CHARTS = REPO / "deploy" / "helm"
 KUBERNETES_VERSION = "1.32"
 VALUES = ["default", "full"]
+# What "default" means per chart: its values.yaml, plus what it requires (the site chart
+# renders nothing without its credentials).
+DEFAULTS: dict[str, list[str | Path]] = {
+    "cairn-federation": [],
+    "cairn-site": ["-f", CHARTS / "cairn-site" / "ci" / "credentials-values.yaml"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +34,12 @@ def helm_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return helm(tmp_path_factory.mktemp("helm"))
 
 
-def template(helm_bin: Path, chart: str, values: str, tmp_path: Path) -> list[dict[str, Any]]:
+def template(helm_bin: Path, chart: str, values: str, tmp_path: Path,
+             *extra: str | Path) -> list[dict[str, Any]]:
     args: list[str | Path] = [helm_bin, "template", "rel", CHARTS / chart, "--namespace", "cairn"]
-    if values == "full":
-        args += ["-f", CHARTS / chart / "ci" / "full-values.yaml"]
-    done = run_tool(args, tmp_path / "home")
+    args += ["-f", CHARTS / chart / "ci" / "full-values.yaml"] if values == "full" \
+        else DEFAULTS[chart]
+    done = run_tool([*args, *extra], tmp_path / "home")
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
@@ -39,10 +47,8 @@ def template(helm_bin: Path, chart: str, values: str, tmp_path: Path) -> list[di
 @pytest.mark.parametrize("chart", ["cairn-federation", "cairn-site"])
 def test_helm_lint_passes_with_default_and_full_values(helm_bin: Path, chart: str,
                                                         tmp_path: Path) -> None:
-    for values in (None, CHARTS / chart / "ci" / "full-values.yaml"):
-        args: list[str | Path] = [helm_bin, "lint", "--strict", CHARTS / chart]
-        if values is not None:
-            args += ["-f", values]
+    for values in (DEFAULTS[chart], ["-f", CHARTS / chart / "ci" / "full-values.yaml"]):
+        args: list[str | Path] = [helm_bin, "lint", "--strict", CHARTS / chart, *values]
         done = run_tool(args, tmp_path / "home")
         assert done.returncode == 0, done.stdout + done.stderr
         assert "0 chart(s) failed" in done.stdout
@@ -134,3 +140,126 @@ def test_the_federation_chart_runs_one_writer_per_service(helm_bin: Path,
     rendered = [d for d in yaml.safe_load_all(external.stdout) if d]
     assert not [d for d in rendered if d["kind"] == "StatefulSet"]
     assert "tls://nats.example:4222" in json.dumps(rendered)
+
+
+# -- secure by default ----------------------------------------------------------------------
+
+def _validated(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    return docs
+
+
+def _refused(helm_bin: Path, chart: str, tmp_path: Path, *args: str) -> str:
+    done = run_tool([helm_bin, "template", "rel", CHARTS / chart, *args], tmp_path / "home")
+    assert done.returncode != 0, f"rendered with {args}"
+    return done.stderr
+
+
+def notes(helm_bin: Path, chart: str, tmp_path: Path, *args: str | Path) -> str:
+    """NOTES.txt as `helm install` prints it. `helm template` never renders NOTES.txt, so a
+    copy of the chart renders the same text into a ConfigMap of its own."""
+    copy = tmp_path / "notes" / chart
+    shutil.copytree(CHARTS / chart, copy)
+    text = (copy / "templates" / "NOTES.txt").read_text()
+    (copy / "templates" / "NOTES.txt").unlink()
+    (copy / "templates" / "_notes_under_test.tpl").write_text(
+        '{{- define "notes.under.test" -}}\n' + text + "{{- end -}}\n")
+    (copy / "templates" / "notes-under-test.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes-under-test}\n"
+        'data: {NOTES.txt: {{ include "notes.under.test" . | quote }}}\n')
+    done = run_tool([helm_bin, "template", "rel", copy, "--namespace", "cairn", *args,
+                     "--show-only", "templates/notes-under-test.yaml"], tmp_path / "home")
+    assert done.returncode == 0, done.stderr
+    return str(yaml.safe_load(done.stdout)["data"]["NOTES.txt"])
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_the_federation_renders_tls_and_the_authority_by_default(helm_bin: Path,
+                                                                 tmp_path: Path) -> None:
+    docs = _validated(template(helm_bin, "cairn-federation", "default", tmp_path))
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert "rel-authority" in deployments
+    (nats,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    (config,) = [v for v in nats["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    assert config == {"name": "config", "secret": {"secretName": "nats-provisioned"}}
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and "nats.conf" in d["data"]]
+    for name in ("rel-coordinator", "rel-validator", "rel-signer"):
+        pod = deployments[name]["spec"]["template"]["spec"]
+        env = _env(pod["containers"][0])
+        assert env["CAIRN_NATS_URL"] == "tls://rel-nats:4222"
+        assert env["CAIRN_CREDS"] == "/etc/cairn/kit/hub.creds"
+        assert env["CAIRN_TLS_CA"] == "/etc/cairn/kit/ca.pem"
+        assert {"name": "kit", "secret": {"secretName": "hub-kit", "defaultMode": 0o400}} \
+            in pod["volumes"]
+    said = notes(helm_bin, "cairn-federation", tmp_path)
+    assert "TLS and the authority are on" in said and "INSECURE" not in said
+    for secret in ("hub-kit", "nats-provisioned", "federation-authority"):
+        assert secret in said
+
+
+def test_an_insecure_federation_takes_an_explicit_value_and_says_so(helm_bin: Path,
+                                                                    tmp_path: Path) -> None:
+    docs = _validated(template(helm_bin, "cairn-federation", "default", tmp_path,
+                               "--set", "insecure=true"))
+    assert not [d for d in docs if d["metadata"]["name"] == "rel-authority"]
+    for d in docs:
+        if d["kind"] == "Deployment":
+            env = _env(d["spec"]["template"]["spec"]["containers"][0])
+            assert env["CAIRN_NATS_URL"] == "nats://rel-nats:4222"
+            assert "CAIRN_CREDS" not in env and "CAIRN_TLS_CA" not in env
+    said = notes(helm_bin, "cairn-federation", tmp_path, "--set", "insecure=true")
+    assert said.strip().startswith("WARNING: INSECURE DEVELOPMENT FEDERATION (insecure: true).")
+    assert "without TLS and without authorization" in said
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    ("credentialsSecret=", "credentialsSecret is required"),
+    ("nats.configSecret=", "nats.configSecret is required"),
+    ("authority.secret=", "authority.secret is required"),
+])
+def test_a_secure_federation_without_a_secret_refuses_to_render(
+        helm_bin: Path, tmp_path: Path, setting: str, named: str) -> None:
+    said = _refused(helm_bin, "cairn-federation", tmp_path, "--set", setting)
+    assert named in said and "insecure: true only for development" in said
+
+
+def test_an_external_nats_must_be_tls_unless_insecure(helm_bin: Path, tmp_path: Path) -> None:
+    plain = ["--set", "nats.deploy=false", "--set", "nats.externalUrl=nats://nats.example:4222"]
+    said = _refused(helm_bin, "cairn-federation", tmp_path, *plain)
+    assert "nats://nats.example:4222 is not a tls:// URL" in said
+    assert template(helm_bin, "cairn-federation", "default", tmp_path, *plain,
+                    "--set", "insecure=true")
+
+
+def test_the_site_refuses_to_render_without_credentials(helm_bin: Path,
+                                                        tmp_path: Path) -> None:
+    said = _refused(helm_bin, "cairn-site", tmp_path)
+    assert "credentialsSecret is required" in said
+    with_kit = ["--set", "credentialsSecret=site-a-kit"]
+    said = _refused(helm_bin, "cairn-site", tmp_path, *with_kit, "--set", "leafNode.enabled=true")
+    assert "leafNode.credentialsSecret is required" in said
+    said = _refused(helm_bin, "cairn-site", tmp_path, *with_kit,
+                    "--set", "federationUrl=nats://hub.example.org:4222")
+    assert "federationUrl nats://hub.example.org:4222 is not a tls:// URL" in said
+    docs = _validated(template(helm_bin, "cairn-site", "default", tmp_path))
+    (parent,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = _env(parent["spec"]["template"]["spec"]["containers"][0])
+    assert env["CAIRN_CREDS"] == "/etc/cairn/kit/site.creds"
+    assert "INSECURE" not in notes(helm_bin, "cairn-site", tmp_path, *DEFAULTS["cairn-site"])
+
+
+def test_an_insecure_site_takes_an_explicit_value_and_says_so(helm_bin: Path,
+                                                              tmp_path: Path) -> None:
+    dev = ["--set", "insecure=true", "--set", "federationUrl=nats://dev-nats:4222"]
+    done = run_tool([helm_bin, "template", "rel", CHARTS / "cairn-site", *dev], tmp_path / "home")
+    assert done.returncode == 0, done.stderr
+    docs = _validated([d for d in yaml.safe_load_all(done.stdout) if d])
+    (parent,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = _env(parent["spec"]["template"]["spec"]["containers"][0])
+    assert "CAIRN_CREDS" not in env and env["CAIRN_NATS_URL"] == "nats://dev-nats:4222"
+    said = notes(helm_bin, "cairn-site", tmp_path, *dev)
+    assert said.strip().startswith("WARNING: INSECURE DEVELOPMENT SITE (insecure: true).")

@@ -253,3 +253,41 @@ def test_any_file_replaced_by_garbage_is_a_verdict_never_a_crash(garbage: bytes)
         for with_manifest in (tampered, *rewritten):
             result = verify_bundle(with_manifest, TRUST, now=NOW)
             assert result.exit_code == 2, (path, garbage)
+
+
+# Ten levels of nine aliases: 9**10 (3.5 billion) strings once expanded, in 700 bytes. Added
+# to a real resolved recipe (unknown keys are ignored by the Recipe type, but hashed into its
+# digest), a plain YAML load and digest would run for hours.
+BOMB_ANCHORS = ("a: &a [" + ",".join(['"lol"'] * 9) + "]\n" + "".join(
+    f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]\n"
+    for prev, cur in zip("abcdefghi", "bcdefghij", strict=True))).encode()
+
+
+@pytest.mark.parametrize("signed_by", ["a trusted key", "an untrusted key", "nobody"])
+def test_an_alias_bomb_recipe_is_refused_by_the_bounded_loader(signed_by: str) -> None:
+    """Whoever signed the bundle (anyone may submit one), its recipe is read with the YAML
+    loader's limits: refused after a few hundred parser events, never expanded."""
+    key = {"a trusted key": [SITE_KEY], "an untrusted key": [SigningKey.generate()],
+           "nobody": []}[signed_by]
+    files = ev.bundle("site-a", key, validated_at=NOW - timedelta(hours=1))
+    files[RECIPE] += BOMB_ANCHORS
+    files[MANIFEST] = manifest_of(files)
+    result = verify_bundle(files, TRUST, now=NOW)
+    recipe = result.check("recipe")
+    assert recipe.reason == "recipe-digest-mismatch"
+    assert "CAIRN_YAML_MAX_NODES" in recipe.message
+    assert result.exit_code == 2
+
+
+def test_a_tarball_of_endless_folders_is_refused(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for n in range(bundles.MAX_ENTRIES + 1):
+            info = tarfile.TarInfo(f"d{n}")
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+    with pytest.raises(InvalidInput, match="more than 1024 entries"):
+        bundles.unpack(raw.getvalue())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cairn.cli.main import main
-from cairn.errors import NotFound
+from cairn.errors import NotFound, PermissionDenied
 from cairn.spec.federation import parse_federation
 from cairn.trust.credentials import Kind, verify_credential
 from cairn.trust.nkeyjwt import read_creds
@@ -17,6 +17,7 @@ from cairn.trust.provision import (
     accept_site,
     check_kit,
     provision,
+    read_signed_site,
     request_site,
     revoke,
     sign_site_request,
@@ -79,9 +80,10 @@ def test_distributed_provisioning_keeps_private_keys_at_the_site(tmp_path: Path)
              if line.strip().startswith(("SU", "SA", "SO"))]
     assert seeds and not [seed for seed in seeds if seed in body]
     fed = parse_federation(FED)
-    jwt = sign_site_request(admin, req, fed)
-    creds = accept_site(kit, jwt, url="tls://x:1", ca=(admin / "ca" / "ca.pem").read_bytes(),
-                        federation="fed")
+    (tmp_path / "site-a.jwt").write_text(sign_site_request(admin, req, fed) + "\n")
+    signed = read_signed_site(kit, tmp_path / "site-a.jwt", admin / "ca" / "ca.pem",
+                              admin / "root" / "root.pub")
+    creds = accept_site(kit, signed, url="tls://x:1", federation="fed")
     identity = check_kit(creds, admin / "root" / "root.pub")
     assert identity.name == "site-a" and identity.kind is Kind.SITE
     other = request_site("site-z", "org-z", tmp_path / "z")
@@ -106,3 +108,23 @@ def test_a_bad_study_name_is_refused_at_provisioning(tmp_path: Path, bad: str,
     assert exited.value.code == 3, err
     assert "fed.yaml:" in err and "study" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_accept_checks_everything_before_it_writes(tmp_path: Path) -> None:
+    """A credential checked against another federation's root is refused (exit 5), and the
+    kit is left as it was: no creds, CA or roots written."""
+    admin, other, kit = tmp_path / "admin", tmp_path / "other", tmp_path / "site-kit"
+    _provision(admin)
+    _provision(other)
+    req = request_site("site-a", "org-a", kit)
+    jwt = tmp_path / "site-a.jwt"
+    jwt.write_text(sign_site_request(admin, req, parse_federation(FED)) + "\n")
+    before = sorted(p.name for p in kit.iterdir())
+    with pytest.raises(PermissionDenied, match="does not trust"):
+        read_signed_site(kit, jwt, admin / "ca" / "ca.pem", other / "root" / "root.pub")
+    with pytest.raises(SystemExit) as exited:
+        main(["provision", "accept", str(jwt), "-k", str(kit), "--ca",
+              str(admin / "ca" / "ca.pem"), "--root-pub", str(other / "root" / "root.pub"),
+              "--url", "tls://x:1"])
+    assert exited.value.code == 5
+    assert sorted(p.name for p in kit.iterdir()) == before

@@ -1,7 +1,8 @@
-"""Request signing and verification, without a bus."""
+"""Request signing and verification, without a bus: what is signed is the bytes sent."""
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 
@@ -10,9 +11,17 @@ import pytest
 
 from cairn import api
 from cairn.errors import InvalidName, PermissionDenied
+from cairn.events import Resources, RoleRequest
 from cairn.spec.federation import parse_federation
+from cairn.trust.nkeyjwt import read_creds, sign
 from cairn.trust.provision import provision
-from cairn.trust.requests import RAW_REQUEST, RequestSigner, RequestVerifier
+from cairn.trust.requests import (
+    MemoryNonces,
+    RequestSigner,
+    RequestVerifier,
+    legacy_signed_bytes,
+    signed_bytes,
+)
 
 FED = """\
 federation: fed
@@ -23,72 +32,125 @@ studies: {s1: {sites: [hub, site-a], admins: [alice@org-a]}}
 """
 
 
+class Keys:
+    def __init__(self, root: Path) -> None:
+        provision(parse_federation(FED), root, url="tls://x:1", hosts=["127.0.0.1"], port=1)
+        self.root = root
+        self.creds = root / "kits" / "alice@org-a" / "admin.creds"
+        self.signer = RequestSigner.from_creds(self.creds)
+        self.verifier = RequestVerifier.from_kit(root / "kits" / "hub" / "hub.creds",
+                                                 MemoryNonces())
+
+    async def verify(self, raw: bytes, verb: str = "jobs") -> api.Envelope:
+        envelope = api.decode_envelope(raw, verb=verb, study="s1")
+        return await self.verifier.verify(raw, envelope, study="s1")
+
+    def sign_raw(self, unsigned: bytes) -> bytes:
+        """`unsigned` (ending `"signature":null}`) signed and spliced by hand, as any other
+        sender would."""
+        _, seed = read_creds(self.creds.read_text())
+        sig = base64.urlsafe_b64encode(sign(seed, unsigned)).rstrip(b"=")
+        return unsigned[:-len(b"null}")] + b'"' + sig + b'"}'
+
+
 @pytest.fixture
-def keys(tmp_path: Path) -> tuple[RequestSigner, RequestVerifier, Path]:
-    provision(parse_federation(FED), tmp_path, url="tls://x:1", hosts=["127.0.0.1"], port=1)
-    signer = RequestSigner.from_creds(tmp_path / "kits" / "alice@org-a" / "admin.creds")
-    return signer, RequestVerifier.from_kit(tmp_path / "kits" / "hub" / "hub.creds"), tmp_path
+def keys(tmp_path: Path) -> Keys:
+    return Keys(tmp_path)
 
 
-def _env(study: str = "s1", actor: str = "root@coord") -> api.Envelope:
-    return api.Envelope(request=api.JobList(), actor=actor, study=study)
+def _env(study: str = "s1", actor: str = "root@coord",
+         request: api.Request | None = None) -> api.Envelope:
+    return api.Envelope(request=request or api.JobList(), actor=actor, study=study)
 
 
-def test_the_signer_becomes_the_actor(keys: tuple[RequestSigner, RequestVerifier, Path]) -> None:
-    signer, verifier, _ = keys
-    verified = verifier.verify_envelope(signer.sign_envelope(_env()), study="s1")
-    assert verified.actor == "alice@org-a"
+async def test_the_signer_becomes_the_actor(keys: Keys) -> None:
+    assert (await keys.verify(keys.signer.sign(_env()))).actor == "alice@org-a"
 
 
-def test_each_failure_has_its_own_reason(keys: tuple[RequestSigner, RequestVerifier, Path]
-                                         ) -> None:
-    signer, verifier, tmp = keys
-    good = signer.sign_envelope(_env())
+async def test_each_failure_has_its_own_reason(keys: Keys, tmp_path: Path) -> None:
+    good = keys.signer.sign(_env())
+    tampered = good.replace(b'"state":null', b'"state":"running"', 1)
+    assert tampered != good
     with pytest.raises(PermissionDenied, match="tampered"):
-        verifier.verify_envelope(msgspec.structs.replace(good, request=api.JobList(
-            state="running")), study="s1")
-    verifier.verify_envelope(good, study="s1")
+        await keys.verify(tampered)
+    await keys.verify(good)
     with pytest.raises(PermissionDenied, match="replayed"):
-        verifier.verify_envelope(good, study="s1")
+        await keys.verify(good)
     with pytest.raises(PermissionDenied, match="expired"):
-        verifier.verify_envelope(signer.sign_envelope(_env(), now=time.time() - 61), study="s1")
+        await keys.verify(keys.signer.sign(_env(), now=time.time() - 61))
     with pytest.raises(PermissionDenied, match="at most"):
-        verifier.verify_envelope(signer.sign_envelope(_env(), lifetime_s=3600), study="s1")
+        await keys.verify(keys.signer.sign(_env(), lifetime_s=3600))
     with pytest.raises(PermissionDenied, match="unsigned"):
-        verifier.verify_envelope(_env(), study="s1")
+        await keys.verify(api.encode_envelope(_env()))
     with pytest.raises(InvalidName):
-        verifier.verify_envelope(signer.sign_envelope(_env(study="s1.>")), study="s1")
-    other = tmp / "other"
+        raw = keys.signer.sign(_env(study="s1.>"))
+        await keys.verifier.verify(raw, msgspec.json.decode(raw, type=api.Envelope),
+                                   study="s1")
+    other = tmp_path / "other"
     provision(parse_federation(FED), other, url="tls://x:1", hosts=["127.0.0.1"], port=1)
     stranger = RequestSigner.from_creds(other / "kits" / "alice@org-a" / "admin.creds")
     with pytest.raises(PermissionDenied, match="credential is not valid"):
-        verifier.verify_envelope(stranger.sign_envelope(_env()), study="s1")
+        await keys.verify(stranger.sign(_env()))
 
 
-def test_a_field_unknown_to_the_verifier_does_not_break_the_signature(
-        keys: tuple[RequestSigner, RequestVerifier, Path]) -> None:
-    """A newer client may send fields this coordinator does not know: it checks the bytes
-    that arrived, not its own re-encoding of what it decoded."""
-    signer, verifier, _ = keys
-    signed = signer.sign_envelope(_env())
-    raw = api.encode_envelope(signed)
-    # What a newer sender's signature covers: its envelope with an extra field.
-    newer = raw.replace(b'"actor":', b'"added_later":1,"actor":', 1)
-    unsigned_newer = newer.replace(b'"signature":"' + signed.signature.encode() + b'"}',
-                                   b'"signature":null}')
-    import base64
+async def test_a_nonce_that_is_no_safe_key_is_refused(keys: Keys) -> None:
+    signed = keys.signer.sign(_env())
+    nonce = msgspec.json.decode(signed, type=api.Envelope).nonce
+    assert nonce is not None
+    for bad in ("short", "has.dots.and.stars*>" * 2, "x" * 129):
+        unsigned = signed_bytes(signed)
+        assert unsigned is not None
+        raw = keys.sign_raw(unsigned.replace(nonce.encode(), bad.encode()))
+        with pytest.raises(PermissionDenied, match="nonce of 16 to 128 base64url"):
+            await keys.verify(raw)
 
-    from cairn.trust.nkeyjwt import read_creds, sign
 
-    _, seed = read_creds((keys[2] / "kits" / "alice@org-a" / "admin.creds").read_text())
-    sig = base64.urlsafe_b64encode(sign(seed, unsigned_newer)).decode().rstrip("=")
-    arrived = unsigned_newer.replace(b'"signature":null}', b'"signature":"' + sig.encode() +
-                                     b'"}')
-    decoded = api.decode_envelope(arrived, verb="jobs", study="s1")
-    token = RAW_REQUEST.set(arrived)
-    try:
-        assert verifier.verify_envelope(decoded, study="s1").actor == "alice@org-a"
-    finally:
-        RAW_REQUEST.reset(token)
-    with pytest.raises(PermissionDenied, match="tampered"):
-        verifier.verify_envelope(decoded, study="s1")  # re-encoding alone cannot know
+async def test_values_the_schema_accepts_loosely_verify_as_sent(keys: Keys) -> None:
+    """An int where a float goes, a tuple for a list, a float past 2**53 written as an int:
+    the receiver's re-encoding of each differs from what was sent, and it still verifies."""
+    spec = api.JobRequest(
+        name="loose", roles=(RoleRequest(name="c", entrypoint="python x",  # type: ignore[arg-type]
+                                         resources=Resources(gpus=0), sites=("site-a",)),),
+        timeout_s=600, queue_timeout_s=10**20,  # type: ignore[arg-type]
+        params={"lr": 0.1, "note": "naïve ☃", 3: "int key"})  # type: ignore[dict-item]
+    raw = keys.signer.sign(_env(request=api.Submit(spec=spec)))
+    received = api.decode_envelope(raw, verb="submit", study="s1")
+    assert api.encode_envelope(msgspec.structs.replace(received)) != raw  # 600 vs 600.0, ...
+    verified = await keys.verify(raw, verb="submit")
+    assert isinstance(verified.request, api.Submit)
+    assert verified.request.spec.timeout_s == 600.0
+    assert verified.request.spec.queue_timeout_s == 1e20
+
+
+async def test_a_field_unknown_to_the_verifier_does_not_break_the_signature(keys: Keys) -> None:
+    """A newer client may send fields this verifier does not know: the bytes that arrived
+    are checked, not a re-encoding of what was decoded."""
+    unsigned = signed_bytes(keys.signer.sign(_env()))
+    assert unsigned is not None
+    newer = keys.sign_raw(unsigned.replace(b'"actor":', b'"added_later":1,"actor":', 1))
+    assert (await keys.verify(newer)).actor == "alice@org-a"
+
+
+async def test_a_request_of_a_client_before_the_splice_still_verifies(keys: Keys) -> None:
+    """Old clients signed the envelope as the receiver re-encodes it, and sent their own
+    encoding: with an int in a float field the two differ."""
+    spec = api.JobRequest(name="old", roles=[RoleRequest(name="c", entrypoint="python x")],
+                          timeout_s=600)  # type: ignore[arg-type]
+    fresh = msgspec.json.decode(keys.signer.sign(_env(request=api.Submit(spec=spec))),
+                                type=api.Envelope)
+    _, seed = read_creds(keys.creds.read_text())
+    sig = base64.urlsafe_b64encode(sign(seed, legacy_signed_bytes(
+        msgspec.structs.replace(fresh, request=api.Submit(spec=spec))))).decode().rstrip("=")
+    old = api.encode_envelope(msgspec.structs.replace(fresh, request=api.Submit(spec=spec),
+                                                      signature=sig))
+    assert b'"timeout_s":600,' in old
+    assert (await keys.verify(old, verb="submit")).actor == "alice@org-a"
+
+
+async def test_the_splice_is_exactly_undone(keys: Keys) -> None:
+    raw = keys.signer.sign(_env())
+    unsigned = signed_bytes(raw)
+    assert unsigned is not None and unsigned.endswith(b'"signature":null}')
+    assert raw.startswith(unsigned[:-len(b'null}')])
+    assert signed_bytes(raw + b" ") is None  # nothing may follow the signature
+    assert signed_bytes(api.encode_envelope(_env())) is None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from cairn.bundles.checksums import ATTESTATION_FILE, digest
+from cairn.bundles.checksums import ATTESTATION_FILE, LIST_FILE_BYTES, digest
 from cairn.bundles.model import BundleManifest
 from cairn.errors import InvalidInput
 from cairn.evidence.dsse import (
@@ -27,6 +27,7 @@ from cairn.evidence.dsse import (
     sign,
 )
 from cairn.evidence.keys import SigningKey, VerifyingKey
+from cairn.files import read_bytes
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "cairn.bundle/v1"
@@ -100,7 +101,7 @@ def check_attestation(root: Path, files: Mapping[str, Path],
         return AttestationCheck(present=False,
                                 problems=["the bundle is not signed"] if keys else [])
     try:
-        envelope = decode_envelope(path.read_bytes(), source=str(path))
+        envelope = decode_envelope(read_bytes(path, limit=LIST_FILE_BYTES), source=str(path))
     except InvalidInput as exc:
         return AttestationCheck(present=True, problems=[f"{ATTESTATION_FILE}: {exc.message}"])
     result = AttestationCheck(present=True, key_ids=[s.keyid for s in envelope.signatures])

@@ -15,9 +15,12 @@ from pathlib import Path
 
 from cairn.bundles.model import CHECKSUMS_FILE
 from cairn.errors import InvalidInput, NotFound
+from cairn.files import MIB, read_text
 
 ATTESTATION_FILE = "attestation.dsse.json"
 NOT_INVENTORIED = (CHECKSUMS_FILE, ATTESTATION_FILE)
+LIST_FILE_BYTES = 16 * MIB
+"""checksums.txt and attestation.dsse.json: a line or a subject per file of the bundle."""
 
 
 def digest(data: bytes) -> str:
@@ -50,12 +53,12 @@ def read_checksums(root: Path) -> dict[str, str]:
         InvalidInput: a malformed line (naming its line number).
     """
     target = root / CHECKSUMS_FILE
-    try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotFound("no checksums.txt: not a Cairn bundle", file=str(root)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read: {exc}", file=str(target)) from None
+    if not target.exists() and not target.is_symlink():
+        raise NotFound("no checksums.txt: not a Cairn bundle", file=str(root))
+    text = read_text(target, limit=LIST_FILE_BYTES)
+    if not text.strip():
+        raise InvalidInput("the file is empty: a bundle's checksums.txt lists its files",
+                           file=str(target))
     out: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         hexdigest, sep, path = line.partition("  ")

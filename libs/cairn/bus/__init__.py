@@ -5,6 +5,7 @@ bounded redelivery and dead letters, replay from a sequence or a time, KV and ob
 """
 
 from cairn.bus._checked import decode_event
+from cairn.bus._claims import Claims, claims
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus
 from cairn.bus._consume import Delivery, Handler, Subscription
 from cairn.bus._consumers import ConsumerNames
@@ -19,7 +20,8 @@ from cairn.bus._poisoned import (
 from cairn.bus._replay import Replayed, replay
 from cairn.bus._stores import KV, kv
 
-__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "ConsumerNames",
+__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "Claims",
+           "ConsumerNames",
            "Delivery", "Handler", "Objects", "Replayed", "StoredMessage", "Subscription",
-           "UndecodableRecord", "decode_event", "job_files", "kv", "last_stored", "objects",
-           "replay", "report_skipped", "skipper"]
+           "UndecodableRecord", "claims", "decode_event", "job_files", "kv", "last_stored",
+           "objects", "replay", "report_skipped", "skipper"]

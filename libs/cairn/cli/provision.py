@@ -35,6 +35,33 @@ def provision() -> None:
     pass
 
 
+SIGN_HELP = """At the project admin: sign a site's request.
+
+\b
+Exit codes: 0 signed; 3 a file is unreadable, too large or not what it
+should be (the message names it); 4 the site is not in federation.yaml;
+6 it is, under another org.
+"""
+
+ACCEPT_HELP = """At a site: put the signed credential beside its keys. Every file is read
+and checked (the credential against the root key, and against the kit's own
+key) before anything is written into the kit.
+
+\b
+Exit codes: 0 done; 3 a file is unreadable, too large or not what it should
+be (the message names it); 5 the credential does not verify against the
+root; 6 it was signed for another key than the kit's.
+"""
+
+CHECK_HELP = """Verify a kit's credential against the federation root.
+
+\b
+Exit codes: 0 valid; 3 a file is unreadable, too large or not what it should
+be (the message names it); 5 the credential does not verify against the
+roots.
+"""
+
+
 @provision.command("all", help="Write the root, CA, server config and every missing kit.")
 @click.argument("federation_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path),
@@ -66,7 +93,8 @@ def request(site: str, org: str, kit: Path) -> None:
     click.echo(f"send {path} to the project admin (it holds public keys only)")
 
 
-@provision.command("sign", help="At the project admin: sign a site's request.")
+@provision.command("sign", help=SIGN_HELP, short_help="At the project admin: sign a site's "
+                   "request.")
 @click.argument("request_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--root", "root_dir", required=True,
               type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -84,7 +112,8 @@ def sign(request_file: Path, root_dir: Path, federation_file: Path, out: Path) -
                " back to the site")
 
 
-@provision.command("accept", help="At a site: put the signed credential beside its keys.")
+@provision.command("accept", help=ACCEPT_HELP,
+                   short_help="At a site: put the signed credential beside its keys.")
 @click.argument("jwt_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("-k", "--kit", required=True, type=click.Path(file_okay=False, exists=True,
                                                           path_type=Path),
@@ -100,9 +129,9 @@ def sign(request_file: Path, root_dir: Path, federation_file: Path, out: Path) -
               help="The federation's name (for the kit's notes).")
 def accept(jwt_file: Path, kit: Path, ca: Path, root_pub: Path, url: str,
            federation_name: str) -> None:
-    creds = prov.accept_site(kit, jwt_file.read_text().strip(), url=url, ca=ca.read_bytes(),
-                             federation=federation_name)
-    (kit / "roots.txt").write_text(root_pub.read_text())
+    # Everything is read and checked before anything is written into the kit.
+    signed = prov.read_signed_site(kit, jwt_file, ca, root_pub)
+    creds = prov.accept_site(kit, signed, url=url, federation=federation_name)
     identity = prov.check_kit(creds, kit / "roots.txt")
     click.echo(f"{creds}: {identity.kind.value} {identity.name} (verified against the root)")
 
@@ -119,7 +148,8 @@ def revoke(name: str, root_dir: Path) -> None:
     click.echo(f"{name} revoked ({path})")
 
 
-@provision.command("check", help="Verify a kit's credential against the federation root.")
+@provision.command("check", help=CHECK_HELP,
+                   short_help="Verify a kit's credential against the federation root.")
 @click.argument("creds", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--roots", required=True, type=click.Path(dir_okay=False, exists=True,
                                                         path_type=Path),

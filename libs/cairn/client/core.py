@@ -129,19 +129,18 @@ class Client:
                    ) -> api.Result:
         """Send one typed request; return the reply's result or raise its typed error."""
         envelope = api.Envelope(request=request, actor=self.actor, study=study)
-        payload = api.encode_envelope(self._sign(envelope))
-        data = await self._bus.request(subject, payload, timeout=self.timeout)
+        data = await self._bus.request(subject, self._payload(envelope), timeout=self.timeout)
         return api.decode_reply(data, subject=subject)
 
-    def _sign(self, envelope: api.Envelope) -> api.Envelope:
-        """The envelope as sent: signed with the connection's credential key, when it has
-        one (a secure federation; see `cairn.trust.requests`)."""
+    def _payload(self, envelope: api.Envelope) -> bytes:
+        """The bytes sent for `envelope`: signed with the connection's credential key when
+        it has one (a secure federation), over exactly these bytes (`cairn.trust.requests`)."""
         creds = getattr(self._bus, "creds", None)
         if not creds:
-            return envelope
+            return api.encode_envelope(envelope)
         if self._signer is None:
             self._signer = RequestSigner.from_creds(creds)
-        return self._signer.sign_envelope(envelope)
+        return self._signer.sign(envelope)
 
     async def call_fed(self, request: api.Request) -> api.Result:
         return await self.call(subjects.api_fed(api.verb_of(request)), request)
@@ -205,8 +204,8 @@ class Client:
         packed = bundle.pack(spec.code)
         request = request_of_spec(spec, packed.digest)
         # Refuse a spec the bus cannot carry before the bundle is uploaded or anything sent.
-        size = len(api.encode_envelope(self._sign(api.Envelope(
-            request=api.Submit(spec=request), actor=self.actor, study=study))))
+        size = len(self._payload(api.Envelope(request=api.Submit(spec=request),
+                                              actor=self.actor, study=study)))
         check_fits(size, self._bus.max_payload, subjects.api_study(study, "submit"),
                    file=str(spec_path))
         await self.upload(packed.data, study=study)

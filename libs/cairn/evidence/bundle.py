@@ -44,6 +44,7 @@ from cairn.evidence.statement import (
     sha256_hex,
     site_fingerprint,
 )
+from cairn.files import read_bytes
 from cairn.snapshot import Snapshot
 from cairn.snapshot import encode as encode_snapshot
 
@@ -54,6 +55,8 @@ MANIFEST = "manifest.json"
 CTRF_DIR = "ctrf"
 MANIFEST_FORMAT = 1
 MAX_FILES = 256
+MAX_ENTRIES = 4 * MAX_FILES
+"""Files and folders together, in a tarball or a bundle folder."""
 MAX_BYTES = 64 * 1024 * 1024
 
 BundleFiles = dict[str, bytes]
@@ -151,7 +154,12 @@ def unpack(data: bytes, *, source: str = "<tarball>") -> BundleFiles:
     files: BundleFiles = {}
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            entries = 0
             for member in tar:
+                entries += 1  # folders too: a tarball of nothing but folders is not free
+                if entries > MAX_ENTRIES:
+                    raise InvalidInput(f"bundle has more than {MAX_ENTRIES} entries",
+                                       file=source)
                 if member.isdir():
                     continue
                 if not member.isfile():
@@ -169,26 +177,28 @@ def unpack(data: bytes, *, source: str = "<tarball>") -> BundleFiles:
 
 
 def read_bundle(path: Path) -> BundleFiles:
-    """A bundle from a directory or a tarball.
+    """A bundle from a directory or a tarball, read bounded (`cairn.files`).
 
     Raises:
         NotFound: no such path.
-        InvalidInput: unreadable, a link or special file inside, or too big.
+        InvalidInput: unreadable, not a regular file or folder, a link or special file
+            inside, or too big.
     """
     if path.is_dir():
         return _read_dir(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise NotFound(f"no evidence bundle at {path}", file=str(path)) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
-    return unpack(data, source=str(path))
+    if not path.exists() and not path.is_symlink():
+        raise NotFound(f"no evidence bundle at {path}", file=str(path))
+    return unpack(read_bytes(path, limit=MAX_BYTES), source=str(path))
 
 
 def _read_dir(root: Path) -> BundleFiles:
+    items: list[Path] = []
+    for item in root.rglob("*"):
+        items.append(item)
+        if len(items) > MAX_ENTRIES:
+            raise InvalidInput(f"bundle has more than {MAX_ENTRIES} entries", file=str(root))
     files: BundleFiles = {}
-    for item in sorted(root.rglob("*")):
+    for item in sorted(items):
         rel = item.relative_to(root).as_posix()
         if item.is_symlink():
             raise InvalidInput(f"{rel} is a symbolic link", file=str(root))
@@ -197,7 +207,8 @@ def _read_dir(root: Path) -> BundleFiles:
         if not item.is_file():
             raise InvalidInput(f"{rel} is not a regular file", file=str(root))
         _check_size(files, item.stat().st_size, str(root))
-        files[rel] = item.read_bytes()
+        used = sum(map(len, files.values()))
+        files[rel] = read_bytes(item, limit=MAX_BYTES - used, shown=str(item))
     return files
 
 

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from cairn.files import PEM_FILE_BYTES, read_bytes, read_text
 
 PRIVATE_SUFFIX = ".key"
 PUBLIC_SUFFIX = ".pub"
@@ -143,9 +144,10 @@ def load_signing_key(path: Path) -> SigningKey:
         raise PermissionDenied(
             f"private key file has mode {stat.S_IMODE(mode):04o}; it must be 0600 "
             f"(chmod 600 {path})", file=str(path))
+    data = read_bytes(path, limit=PEM_FILE_BYTES)
     try:
-        loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (ValueError, TypeError) as exc:
+        loaded = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise InvalidInput(f"not a PEM private key: {exc}", file=str(path)) from None
     if not isinstance(loaded, Ed25519PrivateKey):
         raise InvalidInput("not an Ed25519 private key", file=str(path))
@@ -184,10 +186,6 @@ def load_public_key(path: Path) -> VerifyingKey:
         NotFound: no such file.
         InvalidInput: not an Ed25519 public key.
     """
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise NotFound(f"no public key file {path}", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise InvalidInput("public key file is not text", file=str(path)) from None
-    return parse_public_key(text, source=str(path))
+    if not path.exists() and not path.is_symlink():
+        raise NotFound(f"no public key file {path}", file=str(path))
+    return parse_public_key(read_text(path, limit=PEM_FILE_BYTES), source=str(path))

@@ -99,7 +99,11 @@ def parse_trust(text: str, *, file: str = "<trust>") -> TrustList:
             that is not the key's, one key listed twice).
     """
     doc = yamlfile.parse(text, file)
-    data = yamlfile.convert(doc, TrustFile) if doc.data is not None else TrustFile()
+    if doc.data is None:
+        # Most likely the wrong file, or one cut short: say so rather than trust no one.
+        raise InvalidInput("the file is empty: a trust list names its signers "
+                           "(`signers: [...]`)", file=file)
+    data = yamlfile.convert(doc, TrustFile)
     signers: dict[str, TrustedSigner] = {}
     for index, entry in enumerate(data.signers):
         where = ("signers", index)

@@ -25,14 +25,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-import yaml
 
+from cairn import yamlfile
 from cairn.errors import InvalidInput
 from cairn.evidence import dsse
 from cairn.evidence.bundle import ATTESTATION, CTRF_DIR, MANIFEST, RECIPE, SNAPSHOT
 from cairn.evidence.rerun import compare_with_report
 from cairn.evidence.statement import Statement, decode_statement, recipe_digest, sha256_hex
 from cairn.evidence.trust import TrustedSigner, TrustList
+from cairn.files import decode_utf8
 from cairn.recipes import Recipe
 from cairn.snapshot import Snapshot, decode
 
@@ -112,6 +113,9 @@ def verify_bundle(files: Mapping[str, bytes], trust: TrustList, *, now: datetime
         max_age: how old the validation may be; None accepts any age.
         accepted_signers: names or roles of which one signer must be (empty: any trusted).
     """
+    # The recipe is parsed first, bounded, whoever signed (or did not sign) the bundle: a
+    # bundle anyone may submit must not cost more to read than its size allows.
+    parsed_recipe = _parse_recipe(files)
     envelope, statement, envelope_check = _open(files)
     if envelope is None:
         return Verification(checks=[envelope_check, _manifest(files)])
@@ -119,7 +123,7 @@ def verify_bundle(files: Mapping[str, bytes], trust: TrustList, *, now: datetime
     if statement is None:
         return Verification(checks=[envelope_check, signature_check, _manifest(files)])
     snapshot_check, snapshot = _snapshot(files, statement)
-    recipe_check, recipe = _recipe(files, statement)
+    recipe_check, recipe = _recipe(parsed_recipe, statement)
     checks = [envelope_check, signature_check, _manifest(files), _subjects(files, statement),
               snapshot_check, recipe_check, _constraints(files, recipe, snapshot),
               _freshness(statement, now, max_age), _result(statement)]
@@ -235,14 +239,25 @@ def _snapshot(files: Mapping[str, bytes],
     return CheckOutcome("snapshot", True, message=f"snapshot {signed[:12]} as signed"), snapshot
 
 
-def _recipe(files: Mapping[str, bytes],
-            statement: Statement) -> tuple[CheckOutcome, Recipe | None]:
+def _parse_recipe(files: Mapping[str, bytes]) -> Any:
+    """The bundled recipe's data (the YAML loader's limits: `cairn.yamlfile`), or the
+    `InvalidInput` saying why it cannot be read."""
+    if RECIPE not in files:
+        return InvalidInput("missing", file=RECIPE)
+    try:
+        return yamlfile.parse(decode_utf8(files[RECIPE], RECIPE), RECIPE).data
+    except InvalidInput as exc:
+        return exc
+
+
+def _recipe(data: Any, statement: Statement) -> tuple[CheckOutcome, Recipe | None]:
     signed = statement.predicate.cairn.recipe_digest
     configured = [c.digest.get("sha256") for c in statement.predicate.configuration]
     try:
-        data = yaml.safe_load(files.get(RECIPE, b""))
+        if isinstance(data, InvalidInput):
+            raise data
         recipe = msgspec.convert(data, Recipe)
-    except (yaml.YAMLError, msgspec.ValidationError, TypeError) as exc:
+    except (InvalidInput, msgspec.ValidationError, TypeError) as exc:
         return CheckOutcome("recipe", False, "recipe-digest-mismatch",
                             f"{RECIPE} is missing or not a resolved recipe: {exc}"), None
     actual = recipe_digest(data)

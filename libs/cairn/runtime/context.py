@@ -13,8 +13,8 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from cairn import yamlfile
-from cairn.errors import Unavailable
+from cairn import files, yamlfile
+from cairn.errors import InvalidInput, Unavailable
 
 DEFAULT_PATH = Path(".cairn") / "context.yaml"
 
@@ -50,9 +50,24 @@ def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLCon
     """The TLS context for a CA, client certificate and key; None when none is given."""
     if not (ca or cert):
         return None
-    ctx = ssl.create_default_context(cafile=ca)
+    # Read bounded here: the ssl module would read a FIFO or /dev/zero for ever.
+    cadata = files.read_text(ca, limit=files.PEM_FILE_BYTES) if ca else None
+    if cadata is not None and not cadata.strip():
+        # An empty cadata would make ssl trust the system's CAs instead.
+        raise InvalidInput("empty: no CA certificate in it", file=ca)
+    try:
+        ctx = ssl.create_default_context(cadata=cadata)
+    except ssl.SSLError as exc:
+        raise InvalidInput(f"not a PEM CA certificate ({exc.reason or exc})", file=ca) from None
     if cert:
-        ctx.load_cert_chain(cert, key)
+        for path in (cert, key):
+            if path:
+                files.check_regular(path, limit=files.PEM_FILE_BYTES)
+        try:
+            ctx.load_cert_chain(cert, key)
+        except ssl.SSLError as exc:
+            raise InvalidInput(f"not a PEM certificate and key ({exc.reason or exc})",
+                               file=cert) from None
     return ctx
 
 

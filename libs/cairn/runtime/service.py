@@ -108,7 +108,14 @@ class Runtime:
         `Result` (or the `CairnError` it raises) is the reply."""
 
         async def on_request(msg: Any) -> bytes:
-            RAW_REQUEST.set(bytes(msg.data or b""))  # what a signature is checked over
+            # What a signature is checked over: the bytes as they arrived, never re-encoded.
+            token = RAW_REQUEST.set(bytes(msg.data or b""))
+            try:
+                return await answer(msg)
+            finally:
+                RAW_REQUEST.reset(token)
+
+        async def answer(msg: Any) -> bytes:
             address = subjects.parse_api(msg.subject)
             envelope = api.decode_envelope(msg.data or b"", verb=address.verb,
                                            study=address.study)

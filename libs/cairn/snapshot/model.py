@@ -22,6 +22,7 @@ import msgspec
 
 from cairn.errors import InvalidInput, NotFound
 from cairn.events.decoding import decode_with
+from cairn.files import MIB, read_bytes
 from cairn.names import check_name
 
 Reading = str | int | float | bool | list[str]
@@ -31,6 +32,8 @@ Nested = dict[str, dict[str, dict[str, Reading]]]
 """Readings as Type -> Subtype -> Key -> value (the stored shape)."""
 
 FORMAT = 1
+MAX_SNAPSHOT_FILE_BYTES = 64 * MIB
+"""A snapshot file `cairn diff` and `cairn snapshot` read (a large cluster's is a few MiB)."""
 
 
 class CollectorError(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,11 +202,8 @@ def decode(data: bytes | str, *, source: str = "<snapshot>", verify: bool = True
 
 def load(path: str | Path, *, verify: bool = True) -> Snapshot:
     """Read and decode a snapshot file; every failure is an InvalidInput naming the file."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
-    return decode(data, source=str(path), verify=verify)
+    return decode(read_bytes(path, limit=MAX_SNAPSHOT_FILE_BYTES), source=str(path),
+                  verify=verify)
 
 
 def _same(a: Reading | None, b: Reading | None) -> bool:

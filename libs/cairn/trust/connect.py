@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.errors import InvalidInput
-from cairn.trust.nkeyjwt import CredentialError, public_key, read_creds
+from cairn.trust.nkeyjwt import public_key, read_creds_file
 from cairn.trust.permissions import inbox_prefix
 
 if TYPE_CHECKING:
@@ -25,14 +23,7 @@ def creds_options(path: str) -> dict[str, Any]:
     Raises:
         InvalidInput: the file is missing or is not a credentials file.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"cannot read credentials: {exc.strerror}", file=path) from None
-    try:
-        jwt, seed = read_creds(text)
-    except CredentialError as exc:
-        raise InvalidInput(str(exc), file=path) from None
+    jwt, seed = read_creds_file(path)
     return {"user_credentials": path, "token": jwt,
             "inbox_prefix": inbox_prefix(public_key(seed))}
 
@@ -46,11 +37,12 @@ def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
     """
     import msgspec
 
+    from cairn.errors import InvalidInput
     from cairn.subjects.table import EPHEMERAL_SLOTS, WORKER_SLOTS, consumer_owner, owned_names
     from cairn.trust.credentials import Identity, Kind
-    from cairn.trust.nkeyjwt import peek_claims
+    from cairn.trust.nkeyjwt import CredentialError, peek_claims
 
-    jwt, _ = read_creds(Path(path).read_text(encoding="utf-8"))
+    jwt, _ = read_creds_file(path)
     try:
         identity = msgspec.convert(peek_claims(jwt).get("cairn"), Identity)
     except (msgspec.ValidationError, CredentialError) as exc:

@@ -14,12 +14,14 @@ import hashlib
 import os
 import time
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import nkeys
 
-from cairn.errors import PermissionDenied
+from cairn import files
+from cairn.errors import InvalidInput, PermissionDenied
 
 _HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 
@@ -187,3 +189,98 @@ def read_creds(text: str) -> tuple[str, str]:
     if not jwt or not seed:
         raise CredentialError("not a credentials file (no user JWT and seed)")
     return jwt, seed
+
+
+# -- files ------------------------------------------------------------------------------------
+# What people hand over as files (a kit's .creds, a signed JWT, roots.txt) is read bounded,
+# and a file that is not what it should be is invalid input naming the file (exit 3); only a
+# well-formed credential that does not check out is a permission problem.
+
+def read_creds_file(path: str | Path, *, shown: str | None = None) -> tuple[str, str]:
+    """(jwt, seed) of a `.creds` file, both well formed.
+
+    Raises:
+        InvalidInput: naming the file: unreadable, too large, not UTF-8, not a credentials
+            file, or holding a JWT or seed that is malformed.
+    """
+    file = shown or str(path)
+    text = files.read_text(path, limit=files.SMALL_FILE_BYTES, shown=file)
+    try:
+        jwt, seed = read_creds(text)
+        check_jwt_shape(jwt)
+        seed_public_key(seed)
+    except CredentialError as exc:
+        raise InvalidInput(str(exc), file=file) from None
+    return jwt, seed
+
+
+def read_jwt_file(path: str | Path, *, shown: str | None = None) -> str:
+    """The JWT a file holds (surrounding whitespace dropped), well formed but NOT verified.
+
+    Raises:
+        InvalidInput: naming the file: unreadable, too large, not UTF-8, or not a JWT.
+    """
+    file = shown or str(path)
+    token = files.read_text(path, limit=files.SMALL_FILE_BYTES, shown=file).strip()
+    try:
+        check_jwt_shape(token)
+    except CredentialError as exc:
+        raise InvalidInput(str(exc), file=file) from None
+    return token
+
+
+def read_roots_file(path: str | Path, *, shown: str | None = None) -> frozenset[str]:
+    """The root public keys (`O...`) a roots file lists, one per line.
+
+    Raises:
+        InvalidInput: naming the file: unreadable, too large, not UTF-8, empty, or a line
+            that is not an operator nkey.
+    """
+    file = shown or str(path)
+    text = files.read_text(path, limit=files.SMALL_FILE_BYTES, shown=file)
+    roots: set[str] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        key = line.strip()
+        if not key:
+            continue
+        try:
+            kind = kind_of(key)
+        except CredentialError as exc:
+            raise InvalidInput(str(exc), file=file, line=number) from None
+        if kind is not KeyKind.OPERATOR:
+            raise InvalidInput(f"{key[:12]}... is not a root key (O...)", file=file,
+                               line=number)
+        roots.add(key)
+    if not roots:
+        raise InvalidInput("no root keys in the file", file=file)
+    return frozenset(roots)
+
+
+def check_jwt_shape(token: str) -> dict[str, Any]:
+    """The claims of a token shaped like a NATS JWT (three parts, an `ed25519-nkey` header,
+    claims with an issuer), checking no signature.
+
+    Raises:
+        CredentialError: it is not shaped like one.
+    """
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise CredentialError("not a JWT (expected three dot-separated parts)")
+    try:
+        header = msgspec.json.decode(_unb64(parts[0]))
+    except (msgspec.DecodeError, binascii.Error, ValueError):
+        raise CredentialError("not a JWT (undecodable header)") from None
+    if not isinstance(header, dict) or header.get("alg") != _HEADER["alg"]:
+        raise CredentialError("not an ed25519-nkey JWT")
+    claims = peek_claims(token)
+    if not isinstance(claims.get("iss"), str):
+        raise CredentialError("a JWT without an issuer")
+    return claims
+
+
+def seed_public_key(seed: str) -> str:
+    """`public_key`, with a malformed seed a `CredentialError` rather than nkeys' own."""
+    try:
+        return public_key(seed)
+    except (nkeys.NkeysError, binascii.Error, ValueError):
+        raise CredentialError("not an nkey seed") from None

@@ -22,13 +22,24 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from cairn import files
 from cairn.errors import Conflict, InvalidInput, NotFound
 from cairn.names import check_name
 from cairn.spec.federation import Federation
 from cairn.trust import pki
 from cairn.trust.credentials import Identity, Kind, issue, verify_credential
+from cairn.trust.kitfiles import read_ca, read_pem, read_revoked, read_seed
 from cairn.trust.natsconfig import AuthorityKeys, render
-from cairn.trust.nkeyjwt import KeyKind, kind_of, new_seed, public_key, read_creds
+from cairn.trust.nkeyjwt import (
+    CredentialError,
+    KeyKind,
+    kind_of,
+    new_seed,
+    public_key,
+    read_creds_file,
+    read_jwt_file,
+    read_roots_file,
+)
 
 KIT_README = """# Cairn startup kit: {name}
 
@@ -55,7 +66,7 @@ class SiteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 def _seed_file(path: Path, kind: KeyKind) -> str:
     """The seed at `path`, made (mode 0600) when missing."""
     if path.exists():
-        return path.read_text(encoding="utf-8").strip()
+        return read_seed(path)
     seed = new_seed(kind)
     pki.write_private(path, seed + "\n")
     return seed
@@ -70,10 +81,10 @@ def ensure_root(out: Path, federation: str, hosts: list[str]) -> str:
         cert, key = pki.new_ca(federation)
         pki.write_private(ca_dir / "ca.key", key)
         (ca_dir / "ca.pem").write_bytes(cert)
-    ca = (ca_dir / "ca.pem").read_bytes()
+    ca = read_ca(ca_dir / "ca.pem")
     server = out / "server"
     if not (server / "server.pem").exists():
-        cert, key = pki.new_server_cert(ca, (ca_dir / "ca.key").read_bytes(), hosts,
+        cert, key = pki.new_server_cert(ca, read_pem(ca_dir / "ca.key"), hosts,
                                         federation=federation)
         pki.write_private(server / "server.key", key)
         (server / "server.pem").write_bytes(cert)
@@ -93,7 +104,7 @@ def authority_keys(out: Path) -> AuthorityKeys:
     auth = out / "authority"
 
     def pub(name: str) -> str:
-        return public_key((auth / f"{name}.nk").read_text().strip())
+        return public_key(read_seed(auth / f"{name}.nk"))
 
     return AuthorityKeys(issuer=pub("account"), auth_user=pub("auth"), sys_user=pub("sys"),
                          reader_user=pub("reader"))
@@ -121,8 +132,9 @@ def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,
     pki.write_private(kit / creds, creds_file_text(jwt, seed))
     if signing_seed is not None:
         pki.write_private(kit / "signing.nk", signing_seed + "\n")
-    (kit / "ca.pem").write_bytes((out / "ca" / "ca.pem").read_bytes())
-    (kit / "roots.txt").write_text((out / "root" / "root.pub").read_text())
+    (kit / "ca.pem").write_bytes(read_ca(out / "ca" / "ca.pem"))
+    (kit / "roots.txt").write_text("\n".join(sorted(read_roots_file(out / "root" / "root.pub")))
+                                   + "\n")
     meta = {"federation": federation, "kind": identity.kind.value, "name": identity.name,
             "nats_url": url}
     (kit / "kit.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
@@ -177,7 +189,7 @@ def admin_kit(out: Path, name: str, *, org: str, role: str = "member", url: str,
 
     if not ADMIN_NAME.fullmatch(name):
         raise InvalidInput(f"{name!r} is not an admin name (name@org)", field="admin")
-    root = (out / "root" / "root.nk").read_text().strip()
+    root = read_seed(out / "root" / "root.nk")
     seed = new_seed(KeyKind.USER)
     identity = Identity(kind=Kind.ADMIN, name=name, org=org, admin_role=role)
     return _write_kit(out, identity, issue(identity, public_key(seed), root), seed, url=url,
@@ -200,12 +212,14 @@ def request_site(site: str, org: str, kit: Path) -> Path:
 
 
 def sign_site_request(root_dir: Path, request: Path, fed: Federation) -> str:
-    """At the project admin: sign a site's request; the site must be in federation.yaml."""
-    try:
-        req = msgspec.json.decode(request.read_bytes(), type=SiteRequest)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InvalidInput(f"not a site request: {exc}", file=str(request)) from None
-    check_name(req.site, "site")
+    """At the project admin: sign a site's request; the site must be in federation.yaml.
+
+    Raises:
+        InvalidInput: the request file is unreadable or not a site request (naming it).
+        NotFound: the site is not in federation.yaml.
+        Conflict: it is, under another org.
+    """
+    req = read_site_request(request)
     declared = fed.site(req.site)
     if declared is None:
         raise NotFound(f"site {req.site!r} is not in federation.yaml: add it first",
@@ -213,27 +227,82 @@ def sign_site_request(root_dir: Path, request: Path, fed: Federation) -> str:
     if declared.org != req.org:
         raise Conflict(f"site {req.site!r} belongs to org {declared.org!r}, not {req.org!r}",
                        file=str(request), field="org")
-    if kind_of(req.user_key) is not KeyKind.USER or \
-            kind_of(req.signing_key) is not KeyKind.ACCOUNT:
-        raise InvalidInput("user_key must be a U... key and signing_key an A... key",
-                           file=str(request))
-    root = (root_dir / "root" / "root.nk").read_text().strip()
+    root = read_seed(root_dir / "root" / "root.nk")
     kind = Kind.HUB if req.site == fed.hub else Kind.SITE
     identity = Identity(kind=kind, name=req.site, site=req.site, org=req.org,
                         signing_key=req.signing_key)
     return issue(identity, req.user_key, root)
 
 
-def accept_site(kit: Path, jwt: str, *, url: str, ca: bytes, federation: str) -> Path:
-    """At the site: put the signed credential beside the site's own seed."""
-    from cairn.trust.nkeyjwt import creds_file_text, peek_claims
+def read_site_request(path: Path) -> SiteRequest:
+    """A site's request file (`cairn provision request`), read bounded and checked.
 
-    seed = (kit / "user.nk").read_text().strip()
-    if peek_claims(jwt).get("sub") != public_key(seed):
-        raise Conflict("this credential was signed for another key, not this kit's")
-    kind = str(peek_claims(jwt).get("cairn", {}).get("kind", "site"))
-    pki.write_private(kit / f"{kind}.creds", creds_file_text(jwt, seed))
-    (kit / "ca.pem").write_bytes(ca)
+    Raises:
+        InvalidInput: naming the file: unreadable, too large, not a site request, a bad
+            name, or keys of the wrong kind.
+    """
+    data = files.read_bytes(path, limit=files.SMALL_FILE_BYTES)
+    try:
+        req = msgspec.json.decode(data, type=SiteRequest)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise InvalidInput(f"not a site request: {exc}", file=str(path)) from None
+    try:
+        check_name(req.site, "site")
+        check_name(req.org, "org")
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, file=str(path), field=exc.field) from None
+    for field, want in (("user_key", KeyKind.USER), ("signing_key", KeyKind.ACCOUNT)):
+        key = getattr(req, field)
+        try:
+            kind = kind_of(key)
+        except CredentialError as exc:
+            raise InvalidInput(str(exc), file=str(path), field=field) from None
+        if kind is not want:
+            raise InvalidInput("user_key must be a U... key and signing_key an A... key",
+                               file=str(path), field=field)
+    return req
+
+
+class SignedSite(msgspec.Struct, frozen=True, kw_only=True):
+    """What a site received back from the project admin, read and checked (nothing
+    written yet): `cairn provision accept`'s input."""
+
+    jwt: str
+    ca: bytes
+    roots: frozenset[str]
+    identity: Identity
+
+
+def read_signed_site(kit: Path, jwt_file: Path, ca_file: Path, roots_file: Path) -> SignedSite:
+    """The signed credential, CA and root key files for `kit`, each read bounded, and the
+    credential checked against the root and against the kit's own key.
+
+    Raises:
+        InvalidInput: a file is unreadable, too large, or not what it should be (naming it).
+        PermissionDenied: the credential does not verify against the root.
+        Conflict: it was signed for another key than the kit's.
+    """
+    jwt = read_jwt_file(jwt_file)
+    ca = read_ca(ca_file)
+    roots = read_roots_file(roots_file)
+    seed = read_seed(kit / "user.nk")
+    verified = verify_credential(jwt, roots)
+    if verified.user_key != public_key(seed):
+        raise Conflict("this credential was signed for another key, not this kit's",
+                       file=str(jwt_file))
+    return SignedSite(jwt=jwt, ca=ca, roots=roots, identity=verified.identity)
+
+
+def accept_site(kit: Path, signed: SignedSite, *, url: str, federation: str) -> Path:
+    """At the site: put the signed credential beside the site's own seed, with the CA and
+    the roots it was checked against."""
+    from cairn.trust.nkeyjwt import creds_file_text
+
+    seed = read_seed(kit / "user.nk")
+    kind = signed.identity.kind.value
+    pki.write_private(kit / f"{kind}.creds", creds_file_text(signed.jwt, seed))
+    (kit / "ca.pem").write_bytes(signed.ca)
+    (kit / "roots.txt").write_text("\n".join(sorted(signed.roots)) + "\n")
     (kit / "kit.yaml").write_text(yaml.safe_dump(
         {"federation": federation, "kind": kind, "nats_url": url}, sort_keys=False))
     return kit / f"{kind}.creds"
@@ -244,7 +313,7 @@ def accept_site(kit: Path, jwt: str, *, url: str, ca: bytes, federation: str) ->
 def revoke(out: Path, name: str) -> Path:
     """Refuse an identity (a site, an admin, a worker's launch id) from now on, live."""
     path = out / "authority" / "revoked.json"
-    data = json.loads(path.read_text()) if path.exists() else {"names": [], "jtis": []}
+    data = read_revoked(path) if path.exists() else {"names": [], "jtis": []}
     if name not in data["names"]:
         data["names"].append(name)
     data["updated"] = int(time.time())
@@ -255,7 +324,11 @@ def revoke(out: Path, name: str) -> Path:
 
 
 def check_kit(kit_creds: Path, roots_file: Path) -> Identity:
-    """Verify a kit's credential against the roots (what `cairn provision check` prints)."""
-    jwt, _ = read_creds(kit_creds.read_text())
-    roots = frozenset(x.strip() for x in roots_file.read_text().split() if x.strip())
-    return verify_credential(jwt, roots).identity
+    """Verify a kit's credential against the roots (what `cairn provision check` prints).
+
+    Raises:
+        InvalidInput: a file is unreadable or not what it should be (naming it).
+        PermissionDenied: the credential does not verify against the roots.
+    """
+    jwt, _ = read_creds_file(kit_creds)
+    return verify_credential(jwt, read_roots_file(roots_file)).identity

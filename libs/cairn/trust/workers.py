@@ -13,9 +13,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from cairn import files
 from cairn.errors import InvalidInput
 from cairn.trust.credentials import mint_worker
-from cairn.trust.nkeyjwt import creds_file_text, read_creds
+from cairn.trust.kitfiles import read_seed
+from cairn.trust.nkeyjwt import creds_file_text, read_creds_file
 
 GRACE_S = 30.0
 CREDS_SECRET = "CAIRN_CREDS"
@@ -31,12 +33,12 @@ def worker_secrets(site_creds: str, tls_ca: str | None, *, study: str, job: str,
         InvalidInput: the site's credentials or signing key cannot be read.
     """
     creds = Path(site_creds)
-    signing = creds.parent / "signing.nk"
     try:
-        site_jwt, _ = read_creds(creds.read_text(encoding="utf-8"))
-        signing_seed = signing.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise InvalidInput(f"cannot mint a worker credential: {exc}", file=str(signing)) \
+        site_jwt, _ = read_creds_file(creds)
+        signing_seed = read_seed(creds.parent / "signing.nk")
+        ca_text = files.read_text(tls_ca, limit=files.PEM_FILE_BYTES) if tls_ca else None
+    except InvalidInput as exc:
+        raise InvalidInput(f"cannot mint a worker credential: {exc.message}", file=exc.file) \
             from None
     t = time.time() if now is None else now
     expires = int(t + (timeout_s or 24 * 3600.0) + GRACE_S)
@@ -44,6 +46,6 @@ def worker_secrets(site_creds: str, tls_ca: str | None, *, study: str, job: str,
                             job=job, site=site, role=role, attempt=attempt, expires=expires,
                             launch_id=launch_id)
     out = {CREDS_SECRET: creds_file_text(jwt, seed)}
-    if tls_ca:
-        out[CA_SECRET] = Path(tls_ca).read_text(encoding="utf-8")
+    if ca_text is not None:
+        out[CA_SECRET] = ca_text
     return out

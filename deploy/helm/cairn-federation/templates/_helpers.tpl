@@ -12,14 +12,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{- define "cairn.natsUrl" -}}
 {{- if .Values.nats.deploy -}}
-{{- if .Values.nats.configSecret -}}
-tls://{{ include "cairn.fullname" . }}-nats:{{ .Values.nats.port }}
-{{- else -}}
+{{- if .Values.insecure -}}
 nats://{{ include "cairn.fullname" . }}-nats:{{ .Values.nats.port }}
+{{- else -}}
+tls://{{ include "cairn.fullname" . }}-nats:{{ .Values.nats.port }}
 {{- end -}}
 {{- else -}}
-{{- required "nats.externalUrl is required when nats.deploy is false" .Values.nats.externalUrl -}}
+{{- $url := required "nats.externalUrl is required when nats.deploy is false" .Values.nats.externalUrl -}}
+{{- if and (not .Values.insecure) (not (hasPrefix "tls://" $url)) -}}
+{{- fail (printf "nats.externalUrl %s is not a tls:// URL: a secure federation reaches NATS over TLS (insecure: true is for development only)" $url) -}}
 {{- end -}}
+{{- $url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A secret the secure federation cannot run without: its name, or a render that fails
+     saying which and where it comes from. */}}
+{{- define "cairn.secret" -}}
+{{- required (printf "%s is required: %s (from `cairn provision`, see the chart's README). Without it there is no TLS or authorization; set insecure: true only for development" .key .what) .value -}}
 {{- end -}}
 
 {{/* One hub service as a Deployment: `cairn run SERVICE` with the federation's files. */}}
@@ -75,7 +85,7 @@ spec:
             - {name: CAIRN_FEDERATION, value: /etc/cairn/federation.yaml}
             - {name: CAIRN_STATE_DIR, value: /var/lib/cairn}
             - {name: CAIRN_LOG_FORMAT, value: {{ $root.Values.logFormat | quote }}}
-            {{- if $root.Values.credentialsSecret }}
+            {{- if not $root.Values.insecure }}
             - {name: CAIRN_TLS_CA, value: /etc/cairn/kit/ca.pem}
             - {name: CAIRN_CREDS, value: "/etc/cairn/kit/{{ $root.Values.hubSite }}.creds"}
             {{- end }}
@@ -104,7 +114,7 @@ spec:
             - {name: federation, mountPath: /etc/cairn/federation.yaml, subPath: federation.yaml, readOnly: true}
             - {name: state, mountPath: /var/lib/cairn}
             - {name: tmp, mountPath: /tmp}
-            {{- if $root.Values.credentialsSecret }}
+            {{- if not $root.Values.insecure }}
             - {name: kit, mountPath: /etc/cairn/kit, readOnly: true}
             {{- end }}
             {{- if and (eq $name "signer") $root.Values.signer.keySecret }}
@@ -116,10 +126,10 @@ spec:
             name: {{ include "cairn.fullname" $root }}-federation
         - {name: state, emptyDir: {}}
         - {name: tmp, emptyDir: {}}
-        {{- if $root.Values.credentialsSecret }}
+        {{- if not $root.Values.insecure }}
         - name: kit
           secret:
-            secretName: {{ $root.Values.credentialsSecret }}
+            secretName: {{ include "cairn.secret" (dict "key" "credentialsSecret" "what" "the secret with the hub's startup kit" "value" $root.Values.credentialsSecret) }}
             defaultMode: 0400
         {{- end }}
         {{- if and (eq $name "signer") $root.Values.signer.keySecret }}

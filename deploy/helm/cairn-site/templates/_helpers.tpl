@@ -15,6 +15,21 @@ cairn.site: {{ .Values.site }}
 {{- if .Values.leafNode.enabled -}}
 nats://{{ include "cairn.fullname" . }}-leaf:{{ .Values.leafNode.port }}
 {{- else -}}
-{{- required "federationUrl is required unless leafNode.enabled" .Values.federationUrl -}}
+{{- $url := required "federationUrl is required unless leafNode.enabled" .Values.federationUrl -}}
+{{- include "cairn.tlsUrl" (dict "key" "federationUrl" "url" $url "root" .) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A URL off the site's own cluster: tls:// unless insecure. */}}
+{{- define "cairn.tlsUrl" -}}
+{{- if and (not .root.Values.insecure) (not (hasPrefix "tls://" .url)) -}}
+{{- fail (printf "%s %s is not a tls:// URL: a site reaches its federation over TLS (insecure: true is for development only)" .key .url) -}}
+{{- end -}}
+{{- .url -}}
+{{- end -}}
+
+{{/* A secret the site cannot connect without: its name, or a render that fails saying
+     which and where it comes from. */}}
+{{- define "cairn.secret" -}}
+{{- required (printf "%s is required: %s (from `cairn provision`, or `request`/`sign`/`accept` at the site; see the chart's README). The chart renders no site without credentials; insecure: true is for development only" .key .what) .value -}}
 {{- end -}}
