@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -86,11 +87,15 @@ def _ext_hook(code: int, data: memoryview) -> Any:
     size = int.from_bytes(data[:4], "big")
     dtype, shape = msgspec.msgpack.decode(data[4:4 + size], type=tuple[str, list[int]])
     try:
-        if np.dtype(dtype).kind not in "biufcmMSU":
+        with warnings.catch_warnings():
+            # A deprecated alias (`a`) is not what a sender of this version writes: garbage.
+            warnings.simplefilter("error", DeprecationWarning)
+            kind = np.dtype(dtype).kind
+        if kind not in "biufcmMSU":
             raise InvalidInput(f"refusing an array of dtype {dtype}")
         # A copy: frombuffer over the message would be read-only and pin the whole buffer.
         return np.frombuffer(data[4 + size:], dtype=dtype).reshape(shape).copy()
-    except (TypeError, ValueError, SyntaxError) as exc:
+    except (TypeError, ValueError, SyntaxError, DeprecationWarning) as exc:
         # A dtype numpy does not know (its parser raises SyntaxError for some, e.g. ","), a
         # shape the bytes do not fill: garbage, not a crash.
         raise InvalidInput(f"not an array: {exc}") from None
