@@ -21,7 +21,7 @@ import msgspec
 from cairn import api
 from cairn.errors import InvalidName, PermissionDenied
 from cairn.names import check_name
-from cairn.trust.credentials import Identity, Kind, verify_credential
+from cairn.trust.credentials import Identity, Kind, Verified, verify_credential
 from cairn.trust.nkeyjwt import CredentialError, decode_b64_any, read_creds, sign, verify
 
 LIFETIME_S = 60.0
@@ -102,6 +102,23 @@ class RequestVerifier:
                 message says which).
             InvalidName: the study breaks the name rule.
         """
+        signer = self.verify_signer(envelope, study=study, now=now)
+        if signer.identity.kind is Kind.SITE:
+            _check_site_request(signer.identity, envelope)
+            return envelope
+        return msgspec.structs.replace(envelope, actor=actor_of(signer.identity,
+                                                                envelope.actor))
+
+    def verify_signer(self, envelope: api.Envelope, *, study: str | None = None,
+                      now: float | None = None) -> Verified:
+        """Who signed the envelope, once signature, freshness and nonce check out (what that
+        signer may ask is for the caller to decide).
+
+        Raises:
+            PermissionDenied: unsigned, unknown signer, tampered, expired or replayed (the
+                message says which).
+            InvalidName: the study breaks the name rule.
+        """
         t = time.time() if now is None else now
         for name in (study, envelope.study):
             if name is not None:
@@ -128,11 +145,7 @@ class RequestVerifier:
             raise PermissionDenied(f"a request may be valid for at most {MAX_LIFETIME_S:g}s",
                                    field="expires")
         self._remember(envelope.nonce or "", expires, t)
-        if signer.identity.kind is Kind.SITE:
-            _check_site_request(signer.identity, envelope)
-            return envelope
-        return msgspec.structs.replace(envelope, actor=actor_of(signer.identity,
-                                                                envelope.actor))
+        return signer
 
     def _remember(self, nonce: str, expires: float, now: float) -> None:
         if len(nonce) < 16:
