@@ -252,7 +252,15 @@ class LauncherService:
         launching = WorkerLaunching(**self.event_base(launch, "launching"),
                                     backend=self.backend.name, cause=req.id)
         launch = await self.record(launching)
-        await self.bus.publish(launching)
+        try:
+            await self.bus.publish(launching)
+        except CairnError as exc:
+            if await self.studies.recheck(study) is not False:
+                raise
+            # Removed from the study since the index last heard: nothing can be said there.
+            await self.ends.unreportable(launch, f"its report was refused: site {self.site} "
+                                                 f"is no longer in study {study} ({exc})")
+            return
         try:
             why = launch_state.unsupported(
                 req, self.backend.name, frozenset(capability_names(self.backend.capabilities)))

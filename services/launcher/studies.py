@@ -101,8 +101,9 @@ class Studies:
         if member is None and subjects.study_stream(study).name not in \
                 await self.rt.bus.stream_names(subjects.study_stream(study).name):
             return False
+        if study in self.indexes:
+            await self.catch_up(study)  # opened before, when the site was not in it
         await self._open(study)
-        await self.catch_up(study)
         return self.is_member(study)
 
     async def recheck(self, study: str) -> bool | None:
@@ -180,23 +181,31 @@ class Studies:
                 subjects.study_admin_all(study)]
 
     async def _open(self, study: str) -> None:
+        """Start the study's index from what KV holds, read on to the stream's end, and
+        consume it from then on if the site is in it."""
         async with self._lock:
-            if study in self.indexes:
-                return
-            stored = self._stored.get(study, {})
-            for launch_id in [k for k in stored if self._launched(k)]:
-                await self.drop_stored(study, launch_id)  # used before the last stop
-            mark = self._marks_found.get(study)
-            self.indexes[study] = StudyIndex(
-                name=study, study=mark.study if mark else None, seq=mark.seq if mark else 0,
-                deploys=dict(stored))
-            await self.catch_up(study)
+            if study not in self.indexes:
+                await self._restore_index(study)
         if self.is_member(study) and study not in self._consuming:
             self._consuming.add(study)
-            await self.rt.consume(
-                stream=subjects.study_stream(study).name, durable=f"launcher-{self.site}",
-                filters=self._filters(study), decoder=STUDY_DECODER,
-                handler=lambda event, d: self._on_event(study, event, d))
+            try:
+                await self.rt.consume(
+                    stream=subjects.study_stream(study).name, durable=f"launcher-{self.site}",
+                    filters=self._filters(study), decoder=STUDY_DECODER,
+                    handler=lambda event, d: self._on_event(study, event, d))
+            except BaseException:
+                self._consuming.discard(study)  # the next open tries again
+                raise
+
+    async def _restore_index(self, study: str) -> None:
+        stored = self._stored.get(study, {})
+        for launch_id in [k for k in stored if self._launched(k)]:
+            await self.drop_stored(study, launch_id)  # used before the last stop
+        mark = self._marks_found.get(study)
+        self.indexes[study] = StudyIndex(
+            name=study, study=mark.study if mark else None, seq=mark.seq if mark else 0,
+            deploys=dict(stored))
+        await self.catch_up(study)
 
     def _apply(self, study: str, seq: int, event: object, *, again: bool = False) -> None:
         self.indexes[study] = state.apply(self.indexes[study], seq, event, site=self.site,
