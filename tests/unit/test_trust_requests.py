@@ -92,3 +92,20 @@ def test_a_field_unknown_to_the_verifier_does_not_break_the_signature(
         RAW_REQUEST.reset(token)
     with pytest.raises(PermissionDenied, match="tampered"):
         verifier.verify_envelope(decoded, study="s1")  # re-encoding alone cannot know
+
+
+def test_verify_signer_says_who_signed_and_leaves_the_rest_to_the_caller(
+        keys: tuple[RequestSigner, RequestVerifier, Path]) -> None:
+    """A site's launcher decides who may read logs itself: a site's signed log read names the
+    site, though a site may make no admin request of that kind."""
+    _, verifier, tmp = keys
+    site = RequestSigner.from_creds(tmp / "kits" / "site-a" / "site.creds")
+    read = api.Envelope(request=api.LogRead(launch_id="j-1/site-a/client/0/0"), study="s1")
+    signed = site.sign_envelope(read)
+    assert verifier.verify_signer(signed).identity.site == "site-a"
+    with pytest.raises(PermissionDenied, match="replayed"):
+        verifier.verify_signer(signed)
+    with pytest.raises(PermissionDenied, match="may make requests only in study"):
+        verifier.verify_envelope(site.sign_envelope(read))
+    with pytest.raises(PermissionDenied, match="unsigned"):
+        verifier.verify_signer(read)
