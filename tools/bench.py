@@ -41,6 +41,7 @@ SECTIONS = {
     "hostile": "bench_hostile",
     "deploy": "bench_deploy",
     "security": "bench_security",
+    "guard": "bench_guard",
 }
 
 
