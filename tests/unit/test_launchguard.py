@@ -24,6 +24,11 @@ studies:
     secret_env: {DB: {source: "env:SITE_DB"}}
     docker: {network: host, shm_size: 1g}
     slurm: {partition: gpu, time: "02:00:00"}
+    kubernetes:
+      namespace: lung
+      tolerations: [{key: gpu, operator: Exists}]
+      image_pull_secrets: [regcred]
+      pending_timeout: 10m
 """
 BASE = {"at": "2026-01-01T00:00:00Z", "study": "lung"}
 

@@ -108,5 +108,6 @@ def check_against_deploy(req: LaunchRequested, deploy: DeployCommand, *,
 
 
 def _builtins(value: object) -> object:
-    """JSON-shaped, so a value decoded from the wire equals the Structs it was made of."""
-    return msgspec.to_builtins(value)
+    """As the wire carries it (JSON: Structs as objects, tuples as lists), so a value decoded
+    from the wire equals the Structs it was made of."""
+    return msgspec.json.decode(msgspec.json.encode(value))
