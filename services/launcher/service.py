@@ -150,7 +150,7 @@ class LauncherService:
                     stored[launch_state.make_launch_id(
                         entry.deploy.job, entry.deploy.site, entry.deploy.role,
                         entry.deploy.rank, entry.deploy.attempt)] = entry
-            elif (mark := await marks.get(key)) is not None:
+            elif key.startswith(mark_key("")) and (mark := await marks.get(key)) is not None:
                 found[key.removeprefix(mark_key(""))] = mark
         self.launches = Launches(launches={r.launch_id: _state_of(r)
                                            for r in self.records.values()})
