@@ -16,7 +16,7 @@ from cairn.client import Client
 from cairn.errors import NotFound, PermissionDenied
 from cairn.events import StudyAdmin
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.fixtures.federation import connect
+from tests.fixtures.federation import connect, make_federation
 from tests.integration.cp_helpers import write_job
 from tests.integration.security_helpers import connect_as
 
@@ -88,3 +88,21 @@ async def test_only_admins_of_the_jobs_study_read_its_log(
         assert LINE not in reply.data.decode()
     finally:
         await probe.close()
+
+
+async def test_an_insecure_federation_still_reads_logs_unsigned(tmp_path: Path) -> None:
+    """`cairn up --insecure`: no credentials, nothing signed, and logs (and launches, which
+    the launcher checks against studies it learns from the streams there) still work."""
+    fed = make_federation(tmp_path)
+    fed.secure = False
+    fed.start()
+    try:
+        await fed.wait_healthy(60)
+        async with await connect(fed) as c:
+            job = await c.submit(write_job(tmp_path / "job", name="logged", script=SCRIPT,
+                                           roles=ONLY_SITE_A))
+            final = await c.wait(job, timeout=60)
+            assert final.state == "completed", final
+            assert LINE in b"".join([chunk.data async for chunk in c.logs(job)]).decode()
+    finally:
+        fed.stop()
