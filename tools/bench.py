@@ -42,6 +42,7 @@ SECTIONS = {
     "deploy": "bench_deploy",
     "security": "bench_security",
     "nonces": "bench_nonces",
+    "guard": "bench_guard",
 }
 
 

@@ -38,6 +38,7 @@ from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import agent as agent_state
 from cairn.state.agent import AgentState
 from cairn.trust.connect import member_studies
+from cairn.trust.launchguard import platform_settings
 
 log = logging.getLogger("cairn.agent")
 
@@ -216,11 +217,6 @@ class AgentService:
             gpus=gpus, resources=cmd.resources.times(cmd.nodes))
         self.state = agent_state.apply(self.state, accepted)
         await self.bus.publish(accepted)
-        platform: dict[str, Any] = {}
-        for key in ("docker", "kubernetes", "slurm"):
-            value = getattr(policy, key, None)
-            if value is not None:
-                platform[key] = value
         request = LaunchRequested(
             id=f"{launch_id}.launch", **base, launch_id=launch_id, job=cmd.job,  # type: ignore[arg-type]
             site=self.site, role=cmd.role, rank=cmd.rank, attempt=cmd.attempt,
@@ -230,7 +226,7 @@ class AgentService:
             secret_refs={k: v.source for k, v in policy.secret_env.items()},
             datasets={k: DatasetMount(source=v.source, mode=v.mode)
                       for k, v in policy.datasets.items()},
-            timeout_s=cmd.timeout_s, platform=platform, nodes=cmd.nodes)
+            timeout_s=cmd.timeout_s, platform=platform_settings(policy), nodes=cmd.nodes)
         await self.bus.publish(request)
 
     async def _cancel(self, cmd: CancelCommand) -> None:

@@ -9,23 +9,20 @@ restarted launcher starts from them. A launch id seen once is never launched aga
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cairn import api, subjects, telemetry, tracespool
-from cairn.bus import KV, Bus, Delivery, kv, skipper
-from cairn.errors import CairnError, InvalidInput, NotFound
+from cairn import subjects, telemetry, tracespool
+from cairn.bus import KV, Bus, Delivery, UndecodableRecord, kv
+from cairn.errors import CairnError, InvalidInput
 from cairn.events import (
     SITE_DECODER,
     BackendDeclared,
+    DeployCommand,
     LaunchCancel,
     LaunchRequested,
     WorkerAllocation,
-    WorkerExited,
     WorkerLaunching,
     WorkerRunning,
     now,
@@ -34,20 +31,31 @@ from cairn.events import (
 from cairn.launcher.backends.base import (
     Backend,
     LaunchHandle,
-    LaunchSpec,
     WorkerExit,
     capability_names,
     load_backend,
 )
 from cairn.launcher.backends.errors import ImageNotApproved
-from cairn.launcher.inputs import code_bundle, read_from, resolve_secrets
-from cairn.launcher.records import LaunchRecord, kv_key
+from cairn.launcher.ends import WorkerEnds
+from cairn.launcher.logaccess import LogReader
+from cairn.launcher.records import (
+    IndexedDeploy,
+    IndexMark,
+    LaunchRecord,
+    deploy_prefix,
+    is_record_key,
+    kv_key,
+    mark_key,
+)
+from cairn.launcher.studies import Studies
+from cairn.launcher.unreportable import dead_letter
+from cairn.launcher.workerspec import worker_spec
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.runtime import StudyRuntime, load_study_runtime
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import launch as launch_state
 from cairn.state.launch import Launches, LaunchState
-from cairn.subjects import ApiAddress
+from cairn.trust import launchguard
 
 log = logging.getLogger("cairn.launcher")
 
@@ -69,6 +77,8 @@ class LauncherService:
         """The durable side of each launch: the backend's handle and how it ended."""
         self.watchers: dict[str, asyncio.Task[None]] = {}
         self._kv: KV[LaunchRecord] | None = None
+        self._studies: Studies | None = None
+        self.ends = WorkerEnds(self)
         self._ready = False
         self.rt: Runtime | None = None
 
@@ -76,6 +86,11 @@ class LauncherService:
     def bus(self) -> Bus:
         assert self.rt is not None
         return self.rt.bus
+
+    @property
+    def studies(self) -> Studies:
+        assert self._studies is not None
+        return self._studies
 
     def ready(self) -> bool:
         return self._ready
@@ -102,21 +117,57 @@ class LauncherService:
             options["cluster"] = self.site_cfg.kubernetes  # site.yaml: how to reach the API
         self.backend = load_backend(self.site_cfg.backend, **options)
         await rt.bus.ensure_site(self.site)
-        self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord,
-                            on_undecodable=skipper(rt.bus, site=self.site, service="launcher"))
-        async for _, record in self._kv.items():
-            self.records[record.launch_id] = record
-            self.launches = launch_state.Launches(
-                launches={**self.launches.launches, record.launch_id: _state_of(record)})
+        await self._load()
         # In the background: FEDERATION may not exist yet on a federation's first start, and
         # launching does not wait on it (the agent waits a while, then the launcher checks).
         rt.spawn(self._declare_backend(self.backend), "launcher-declare-backend")
-        await self._reconcile()
+        await self.studies.scan()
+        await self.ends.reconcile()
         await rt.consume(stream=subjects.site_stream(self.site).name, durable="launcher",
                          filters=[subjects.site_launch_all(self.site)], decoder=SITE_DECODER,
                          handler=self._on_command)
-        await rt.serve_api(subjects.site_logs(self.site), self._serve_logs)
+        logs = LogReader(self.site, self.config.creds, self.records, self.studies)
+        await rt.serve_api(subjects.site_logs(self.site), logs.serve)
         self._ready = True
+
+    async def _load(self) -> None:
+        """Launch records and the deploy index, as the last run left them in KV."""
+        assert self.rt is not None
+        bucket = subjects.kv_launches(self.site)
+        self._kv = await kv(self.bus, bucket, LaunchRecord, on_undecodable=self._garbage)
+        deploys = await kv(self.bus, bucket, IndexedDeploy, on_undecodable=self._garbage)
+        marks = await kv(self.bus, bucket, IndexMark, on_undecodable=self._garbage)
+        self._studies = Studies(self.rt, self.site, deploys, marks,
+                                launched=lambda launch_id: launch_id in self.launches.launches)
+        stored: dict[str, IndexedDeploy] = {}
+        found: dict[str, IndexMark] = {}
+        for key in await self._kv.keys():
+            if is_record_key(key):
+                if (record := await self._kv.get(key)) is not None:
+                    self.records[record.launch_id] = record
+            elif key.startswith(deploy_prefix("")):
+                if (entry := await deploys.get(key)) is not None:
+                    stored[launch_state.make_launch_id(
+                        entry.deploy.job, entry.deploy.site, entry.deploy.role,
+                        entry.deploy.rank, entry.deploy.attempt)] = entry
+            elif key.startswith(mark_key("")) and (mark := await marks.get(key)) is not None:
+                found[key.removeprefix(mark_key(""))] = mark
+        self.launches = Launches(launches={r.launch_id: _state_of(r)
+                                           for r in self.records.values()})
+        self.studies.restore(stored, found)
+
+    async def _garbage(self, record: UndecodableRecord) -> None:
+        """A KV entry that does not decode: dead-lettered and reported, then deleted, so the
+        next start does not report it again (a redrive of the dead letter puts it back)."""
+        if await dead_letter(self.bus, site=self.site, store=record.store,
+                             subject=record.subject, key=record.key, seq=record.seq,
+                             data=record.data, headers=record.headers,
+                             why=f"undecodable at start: {record.message}"):
+            assert self._kv is not None
+            try:
+                await self._kv.delete(record.key)
+            except Exception as exc:  # reported again next start: no worse than before
+                log.warning("could not delete the skipped entry %s: %s", record.key, exc)
 
     async def stop(self) -> None:
         self._ready = False
@@ -138,42 +189,17 @@ class LauncherService:
                 log.warning("could not declare the backend yet: %s", exc)
         log.error("gave up declaring the backend; the agent cannot check capabilities")
 
-    # -- reconcile after a restart ----------------------------------------------------------
-
-    async def _reconcile(self) -> None:
-        assert self.backend is not None
-        for launch in self.launches.live():
-            record = self.records[launch.launch_id]
-            if record.handle is None:
-                # Crashed between writing the record and starting the worker.
-                await self._report(launch, WorkerExit(
-                    launch_id=record.launch_id, exit_code=None, cause="infrastructure",
-                    message="the launcher stopped while starting this worker", ended_at=now()))
-                continue
-            found = await self.backend.reattach(record.handle)
-            if isinstance(found, WorkerExit):
-                log.info("worker %s ended while the launcher was down", record.launch_id)
-                await self._report(launch, found)
-            else:
-                log.info("reattached to worker %s", record.launch_id)
-                running = None
-                if launch.state == "launching" and getattr(self.backend, "started", None):
-                    # It was still waiting to start (a pending pod) when the launcher stopped.
-                    running = WorkerRunning(**self._event_base(launch, "running"),
-                                            native_id=found.native_id)
-                self._watch(launch, found, running=running)
-
     # -- commands ---------------------------------------------------------------------------
 
     async def _on_command(self, event: Any, d: Delivery) -> None:
         match event:
             case LaunchRequested():
-                await self._launch(event)
+                await self._launch(event, d)
             case LaunchCancel():
                 await self._cancel(event)
 
-    async def _record(self, event: object, *, handle: LaunchHandle | None = None,
-                      exit: WorkerExit | None = None) -> LaunchState:
+    async def record(self, event: object, *, handle: LaunchHandle | None = None,
+                     exit: WorkerExit | None = None, dead_lettered: str = "") -> LaunchState:
         """Fold one step into the launches and write its record before anything follows."""
         self.launches = launch_state.apply(self.launches, event)
         launch = self.launches.get(getattr(event, "launch_id", ""))
@@ -185,94 +211,90 @@ class LauncherService:
             state="launching" if launch.state == "requested" else launch.state,  # type: ignore[arg-type]
             handle=handle or (previous.handle if previous else None),
             exit=exit or (previous.exit if previous else None),
-            requested_at=launch.requested_at, cancelled=launch.cancelled)
+            requested_at=launch.requested_at, cancelled=launch.cancelled,
+            dead_lettered=dead_lettered)
         self.records[record.launch_id] = record
         assert self._kv is not None
         await self._kv.put(kv_key(record.launch_id), record)
         return launch
 
-    def _event_base(self, launch: LaunchState, what: str) -> dict[str, Any]:
+    def event_base(self, launch: LaunchState, what: str) -> dict[str, Any]:
         return {"id": f"{launch.launch_id}.{what}", "at": now(),
                 "source": f"launcher@{self.site}", "study": launch.study, "job": launch.job,
                 "site": self.site, "role": launch.role, "rank": launch.rank,
                 "attempt": launch.attempt, "launch_id": launch.launch_id}
 
-    async def _launch(self, req: LaunchRequested) -> None:
+    async def _launch(self, req: LaunchRequested, d: Delivery) -> None:
         assert self.backend is not None
         if not launch_state.is_new(self.launches, req.launch_id):
             return  # seen before, under any message id: a launch id is launched at most once
-        launch = await self._record(req)
-        launching = WorkerLaunching(**self._event_base(launch, "launching"),
+        study = req.study or ""
+        # A launch with nothing behind it (no study of this site's, no deploy command of its
+        # launch id) is no launch of this site: dead-lettered, nothing recorded or reported
+        # (a report would be refused, or would speak for a real worker of the same job).
+        if not await self.studies.ensure(study):
+            await self.ends.dead_letter_request(
+                req, d, f"study {study!r} is not one of site {self.site}'s studies")
+            return
+        deploy = await self.studies.deploy_for(study, req.launch_id)
+        if deploy is None:
+            await self.ends.dead_letter_request(
+                req, d, f"no deploy command for {req.launch_id} in study {study}: the "
+                        f"coordinator did not deploy it to site {self.site}")
+            return
+        self.studies.forget(study, req.launch_id)  # a deploy command is used once
+        launch = await self.record(req)
+        try:
+            await self.studies.drop_stored(study, req.launch_id)
+        except Exception as exc:  # a restart drops it: its launch id is recorded now
+            log.warning("could not delete the used deploy command of %s: %s",
+                        req.launch_id, exc)
+        launching = WorkerLaunching(**self.event_base(launch, "launching"),
                                     backend=self.backend.name, cause=req.id)
-        launch = await self._record(launching)
-        await self.bus.publish(launching)
+        launch = await self.record(launching)
+        try:
+            await self.bus.publish(launching)
+        except CairnError as exc:
+            if await self.studies.recheck(study) is not False:
+                raise
+            # Removed from the study since the index last heard: nothing can be said there.
+            await self.ends.unreportable(launch, f"its report was refused: site {self.site} "
+                                                 f"is no longer in study {study} ({exc})")
+            return
         try:
             why = launch_state.unsupported(
                 req, self.backend.name, frozenset(capability_names(self.backend.capabilities)))
             if why is not None:
                 raise InvalidInput(why, field="gpus")
-            await self._guard(req)
-            spec = await self._spec(req)
+            self._guard(req, deploy)
+            spec = await worker_spec(self.bus, req, site_cfg=self.site_cfg,
+                                     creds=self.config.creds, tls_ca=self.config.tls_ca)
             handle = await self.backend.launch(spec)
         except CairnError as exc:
             refused = isinstance(exc, ImageNotApproved)
-            await self._report(launch, WorkerExit(
+            await self.ends.report_or_later(launch, WorkerExit(
                 launch_id=req.launch_id, exit_code=None,
                 cause="image-not-approved" if refused else "launch-failed", message=str(exc),
                 ended_at=now()))
             return
-        running = WorkerRunning(**self._event_base(launch, "running"),
+        running = WorkerRunning(**self.event_base(launch, "running"),
                                 native_id=handle.native_id, allocation=WorkerAllocation(
                                     gpus=spec.gpus_asked, gpu_ids=list(spec.gpus),
                                     cpus=list(handle.cpus), memory_bytes=spec.memory_bytes))
         if getattr(self.backend, "started", None) is not None:
             # A backend whose worker may wait to start (a pod pending for a node): the handle
             # is kept now, `worker.running` sent once the worker really runs.
-            launch = await self._record(launching, handle=handle)
-            self._watch(launch, handle, running=running)
+            launch = await self.record(launching, handle=handle)
+            self.watch(launch, handle, running=running)
             return
-        launch = await self._record(running, handle=handle)
+        launch = await self.record(running, handle=handle)
         await self.bus.publish(running)
-        self._watch(launch, handle)
+        self.watch(launch, handle)
 
-    async def _spec(self, req: LaunchRequested) -> LaunchSpec:
-        code_dir = await code_bundle(self.bus, self.workdir, req.study or "", req.code_digest)
-        # A Kubernetes Secret is mounted into the pod by the cluster: never read here.
-        own, mounted = dict(req.secret_refs), {}
-        if self.site_cfg.backend == "kubernetes":
-            mounted = {k: v for k, v in own.items() if v.startswith("k8s:")}
-            own = {k: v for k, v in own.items() if k not in mounted}
-        env = {
-            "CAIRN_NATS_URL": self.site_cfg.worker_nats_url, "CAIRN_STUDY": req.study or "",
-            "CAIRN_JOB": req.job, "CAIRN_SITE": self.site, "CAIRN_ROLE": req.role,
-            "CAIRN_RANK": str(req.rank), "CAIRN_ATTEMPT": str(req.attempt),
-            "CAIRN_PARAMS": json.dumps(req.params),
-        }
-        # The job's trace goes on in the worker: W3C headers as env, and where this launcher
-        # exports spans, the worker exports to the same place, sampled the same way.
-        for header, value in telemetry.current_headers().items():
-            env[header.upper()] = value
-        if telemetry.enabled():
-            env.update({k: v for k in TRACING_ENV if (v := os.environ.get(k))})
-        return LaunchSpec(
-            launch_id=req.launch_id, job=req.job, study=req.study or "", site=self.site,
-            role=req.role, rank=req.rank, attempt=req.attempt, entrypoint=req.entrypoint,
-            code_dir=str(code_dir), env=env, study_env=dict(req.env),
-            secret_env={**resolve_secrets(own), **self._worker_creds(req)},
-            secret_refs=mounted,
-            datasets=dict(req.datasets),
-            gpus=list(req.gpus), millicpus=req.resources.millicpus,
-            memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
-            image=req.image or "", platform=dict(req.platform or {}),
-            gpus_requested=req.resources.gpus, nodes=req.nodes)
-
-    async def _guard(self, req: LaunchRequested) -> None:
+    def _guard(self, req: LaunchRequested, deploy: DeployCommand) -> None:
         """Defence in depth: only what this site's study_runtime.yaml gives the study, and
-        only the worker the coordinator asked for (see `cairn.trust.launchguard`)."""
-        from cairn.bus import replay
-        from cairn.events import STUDY_DECODER, DeployCommand
-        from cairn.trust import launchguard
-
+        only the worker the coordinator's deploy command asked for, exactly
+        (`cairn.trust.launchguard`)."""
         try:
             runtime = load_study_runtime(self.site_cfg.runtime)
             self._runtime_good = runtime
@@ -281,28 +303,11 @@ class LauncherService:
             if self._runtime_good is None:
                 raise
             runtime = self._runtime_good
-        launchguard.check_against_runtime(req, runtime)
-        deploy = None
-        study = req.study or ""
-        async for item in replay(self.bus, subjects.study_stream(study).name, STUDY_DECODER,
-                                 filters=[subjects.site_cmd(study, self.site, "deploy")]):
-            if isinstance(item.event, DeployCommand) and launchguard.matches(item.event, req):
-                deploy = item.event
-        launchguard.check_against_deploy(req, deploy)
+        policy = launchguard.check_against_runtime(req, runtime)
+        launchguard.check_against_deploy(req, deploy, default_image=policy.images.default)
 
-    def _worker_creds(self, req: LaunchRequested) -> dict[str, str]:
-        """In a secure federation, the worker's job-lifetime credential (secret files)."""
-        if not self.config.creds:
-            return {}
-        from cairn.trust.workers import worker_secrets
-
-        return worker_secrets(self.config.creds, self.config.tls_ca, study=req.study or "",
-                              job=req.job, site=self.site, role=req.role,
-                              attempt=req.attempt, launch_id=req.launch_id,
-                              timeout_s=req.timeout_s or None)
-
-    def _watch(self, launch: LaunchState, handle: LaunchHandle,
-               running: WorkerRunning | None = None) -> None:
+    def watch(self, launch: LaunchState, handle: LaunchHandle,
+              running: WorkerRunning | None = None) -> None:
         self.watchers[launch.launch_id] = asyncio.create_task(
             self._wait(launch.launch_id, handle, running), name=f"watch:{launch.launch_id}")
 
@@ -311,7 +316,7 @@ class LauncherService:
         assert self.backend is not None
         try:
             if running is not None and await self.backend.started(handle) is None:  # type: ignore[attr-defined]
-                await self._record(running, handle=handle)
+                await self.record(running, handle=handle)
                 await self.bus.publish(running)
             result = await self.backend.wait(handle)
         except asyncio.CancelledError:
@@ -322,7 +327,7 @@ class LauncherService:
                                 message=f"lost track: {exc}", ended_at=now())
         launch = self.launches.get(launch_id)
         assert launch is not None
-        await self._report(launch, result)
+        await self.ends.report_or_later(launch, result)
         self.watchers.pop(launch_id, None)
         if getattr(self.backend, "spools_traces", False) and telemetry.enabled():
             # After the end is published: the job does not wait for its spans to go out.
@@ -332,50 +337,15 @@ class LauncherService:
             except Exception:
                 log.warning("could not forward the spans of %s", launch_id, exc_info=True)
 
-    async def _report(self, launch: LaunchState, result: WorkerExit) -> None:
-        # The latest state: a cancel may have arrived while the worker ran.
-        launch = self.launches.get(launch.launch_id) or launch
-        exited = WorkerExited(**self._event_base(launch, "exited"), exit_code=result.exit_code,
-                              reason=launch_state.exit_cause(launch, result.exit_code,
-                                                             result.cause),
-                              message=result.message)
-        # Published before it is recorded: a launcher killed in between reports it again on
-        # restart (the same message id), rather than never.
-        await self.bus.publish(exited)
-        await self._record(exited, exit=result)
-
     async def _cancel(self, cmd: LaunchCancel) -> None:
         assert self.backend is not None
         launch = self.launches.get(cmd.launch_id)
         record = self.records.get(cmd.launch_id)
         if launch is None or launch.exited or record is None or record.handle is None:
             return
-        await self._record(cmd)
+        await self.record(cmd)
         assert self.rt is not None
         self.rt.spawn(self.backend.cancel(record.handle, cmd.grace_s), f"cancel:{cmd.launch_id}")
-
-    # -- logs -------------------------------------------------------------------------------
-
-    async def _serve_logs(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
-        match envelope.request:
-            case api.LogRead(launch_id=launch_id, offset=offset, max_bytes=max_bytes):
-                pass
-            case other:
-                raise NotFound(f"the launcher does not serve {api.verb_of(other)!r}")
-        record = self.records.get(launch_id)
-        if record is None or record.handle is None:
-            raise NotFound(f"no worker {launch_id} at site {self.site}", field="launch_id")
-        offset = max(0, offset)
-        limit = max(1, min(max_bytes, 1024 * 1024))
-        data = await asyncio.to_thread(read_from, Path(record.handle.log_path), offset, limit)
-        done = record.state == "exited" and len(data) < limit
-        return api.LogData(data_b64=base64.b64encode(data).decode(), offset=offset + len(data),
-                           done=done)
-
-
-TRACING_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")
-"""What a launcher that traces hands its workers, so their spans land beside its own."""
-
 
 def _state_of(record: LaunchRecord) -> LaunchState:
     """A launch as its last record left it (a restarted launcher folds on from there)."""

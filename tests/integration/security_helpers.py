@@ -12,6 +12,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
+from cairn.bus import Bus
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.trust.connect import creds_options
 
@@ -118,3 +119,31 @@ async def js_allowed(probe: Probe, subject: str, payload: bytes = b"",
     except Exception:
         return False
     return True
+
+
+class Watch:
+    """Messages on one subject, as the hub sees them, from before the test acts (no polling:
+    a test waits on the message that proves what it asserts)."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+        self._arrived = asyncio.Event()
+
+    async def on_msg(self, msg: Any) -> None:
+        self.seen.append(bytes(msg.data))
+        self._arrived.set()
+
+    async def first(self, timeout: float = 30.0) -> bytes:
+        async with asyncio.timeout(timeout):
+            while not self.seen:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.seen[0]
+
+
+async def watch(bus: Bus, subject: str) -> Watch:
+    """Start watching `subject` (core subscription, flushed: nothing after this is missed)."""
+    watching = Watch()
+    await bus.subscribe_core(subject, watching.on_msg)
+    await bus.nc.flush(timeout=5)
+    return watching

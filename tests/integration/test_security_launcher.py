@@ -1,22 +1,24 @@
 """Defence in depth at the launcher: a launch request that names a host path, a secret
-source or an entrypoint the site did not accept is refused, even when it arrives on the
+source or an entrypoint no deploy command asked for is refused, even when it arrives on the
 launch subject from an authenticated identity (here the hub, which the broker lets write
-there), and nothing runs."""
+there), and nothing runs. With no deploy command of its launch id behind it, it is no launch
+of this site: dead-lettered, and nothing is said in any job's name. (What a request may take
+from study_runtime.yaml is checked too: tests/unit/test_launchguard.py.)"""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cairn import subjects
 from cairn.bus import replay
-from cairn.events import STUDY_DECODER, DatasetMount, LaunchRequested, WorkerExited
+from cairn.events import DatasetMount, DeadLettered, LaunchRequested, WorkerExited
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import make_federation
+from tests.integration.security_helpers import watch
 
 
 @pytest.fixture
@@ -32,31 +34,14 @@ async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
 
 
 def _forged(n: int, marker: Path, **changes: object) -> LaunchRequested:
+    """A launch of a job that was never submitted (no deploy command has its launch id)."""
     job = f"j-forged{n}"
     fields: dict[str, object] = {
         "id": f"forged-{n}", "at": "2026-01-01T00:00:00Z", "study": "demo",
         "source": "agent@site-a", "launch_id": f"{job}/site-a/client/0/0", "job": job,
         "site": "site-a", "role": "client", "entrypoint": f"touch {marker}"}
     fields.update(changes)
-    import msgspec
-
     return msgspec.convert(fields, LaunchRequested)
-
-
-async def _exit_of(fed: EmbeddedFederation, launch_id: str, timeout: float = 30) -> WorkerExited:
-    bus = await fed.bus()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            async for item in replay(bus, subjects.study_stream("demo").name, STUDY_DECODER,
-                                     filters=[subjects.site_job_events("demo", "site-a",
-                                                                       "exited")]):
-                if isinstance(item.event, WorkerExited) and item.event.launch_id == launch_id:
-                    return item.event
-            await asyncio.sleep(0.1)
-    finally:
-        await bus.close()
-    raise AssertionError(f"no worker.exited for {launch_id}")
 
 
 @pytest.mark.parametrize("change", [
@@ -73,24 +58,24 @@ async def test_a_launch_the_site_did_not_accept_is_refused(
     # launcher's own checks are what stop it.
     bus = await secure_fed.bus(kit="site-a")
     try:
+        letters = await watch(bus, subjects.deadletter(subjects.site_stream("site-a").name))
+        exits = await watch(bus, subjects.site_job_events(forged.study or "", "site-a"))
         await bus.publish(forged)
+        letter = msgspec.json.decode(await letters.first(), type=DeadLettered)
     finally:
         await bus.close()
-    if forged.study != "demo":
-        await asyncio.sleep(2)  # refused too; its exit is reported in its own study
-        assert not marker.exists()
-        return
-    exited = await _exit_of(secure_fed, forged.launch_id)
-    assert exited.reason == "launch-failed", exited
+    assert letter.subject == subjects.subject_of(forged)
+    assert f"no deploy command for {forged.launch_id}" in letter.error, letter.error
+    assert exits.seen == [], "the forged launch was reported in a job's name"
     assert not marker.exists(), "the forged command ran"
+    workers = secure_fed.site_dir("site-a") / "work" / "workers"
+    assert not (workers / forged.launch_id.replace("/", "_")).exists()
 
 
 async def test_an_event_whose_content_is_not_its_subjects_owner_is_dead_lettered(
         secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
     """site-a may write its own job events, but one that says it is about site-b's worker
     is a forgery: the coordinator dead-letters it and the job is not failed."""
-    import msgspec
-
     from cairn.client import Client
     from cairn.events import DEADLETTER_DECODER, DeadLettered
     from cairn.runtime.context import Context

@@ -154,3 +154,22 @@ async def test_the_splice_is_exactly_undone(keys: Keys) -> None:
     assert raw.startswith(unsigned[:-len(b'null}')])
     assert signed_bytes(raw + b" ") is None  # nothing may follow the signature
     assert signed_bytes(api.encode_envelope(_env())) is None
+
+
+async def test_verify_signer_says_who_signed_and_leaves_the_rest_to_the_caller(
+        keys: Keys) -> None:
+    """A site's launcher decides who may read logs itself: a site's signed log read names the
+    site, though a site may make no admin request of that kind."""
+    site = RequestSigner.from_creds(keys.root / "kits" / "site-a" / "site.creds")
+    read = api.Envelope(request=api.LogRead(launch_id="j-1/site-a/client/0/0"), study="s1")
+    raw = site.sign(read)
+    decoded = api.decode_envelope(raw, verb="logs")
+    assert (await keys.verifier.verify_signer(raw, decoded)).identity.site == "site-a"
+    with pytest.raises(PermissionDenied, match="replayed"):
+        await keys.verifier.verify_signer(raw, decoded)
+    again = site.sign(read)
+    with pytest.raises(PermissionDenied, match="may make requests only in study"):
+        keys.verifier.check(again, api.decode_envelope(again, verb="logs"))
+    unsigned = api.encode_envelope(read)
+    with pytest.raises(PermissionDenied, match="unsigned"):
+        await keys.verifier.verify_signer(unsigned, api.decode_envelope(unsigned, verb="logs"))

@@ -300,14 +300,13 @@ class Client:
         does not answer yields one chunk with `error` set instead of failing the whole read.
         """
         async for chunk in worker_logs(
-            self._bus,
+            self.call,
             lambda: self.job(job_id),
             site=site,
             follow=follow,
             poll=poll,
             max_bytes=max_bytes,
             limit_s=timeout,
-            request_timeout=self.timeout,
         ):
             yield chunk
 

@@ -1,8 +1,9 @@
 """Reading a worker's captured log from its site's launcher (request/reply, not stored).
 
-Request: `cairn.api.LogRead` on `cairn.api.site.<site>.logs`; result: `cairn.api.LogData`,
-where `offset` is where the next read starts and `done` means the worker exited and everything
-was read.
+Request: `cairn.api.LogRead` on `cairn.api.site.<site>.logs`, in an envelope that names the
+job's study and, in a secure federation, is signed like every request (the launcher answers
+only those whose study the job is in); result: `cairn.api.LogData`, where `offset` is where
+the next read starts and `done` means the worker exited and everything was read.
 """
 
 from __future__ import annotations
@@ -11,12 +12,18 @@ import asyncio
 import base64
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from cairn import api, subjects
-from cairn.bus import Bus
 from cairn.errors import CairnError, Timeout
 from cairn.state.job import JobState
+
+
+class Call(Protocol):
+    """How a request is sent: `Client.call` (signed in a secure federation)."""
+
+    def __call__(self, subject: str, request: api.Request, *,
+                 study: str | None = None) -> Awaitable[api.Result]: ...
 
 
 class LogChunk(NamedTuple):
@@ -33,27 +40,24 @@ class LogChunk(NamedTuple):
 
 
 async def read_log_chunk(
-    bus: Bus,
+    call: Call,
+    study: str | None,
     site: str,
     role: str,
     rank: int,
     launch_id: str,
     offset: int,
     max_bytes: int,
-    *,
-    request_timeout: float = 10.0,
 ) -> tuple[LogChunk, bool]:
-    """One read; returns the chunk and whether the log is finished.
+    """One read of a worker of a job of `study`; returns the chunk and whether the log is
+    finished.
 
-    A launcher that does not answer, or answers with an error, gives a chunk with `error`
-    set, so one unreachable site does not hide the logs of the others.
+    A launcher that does not answer, or answers with an error (a refusal too), gives a chunk
+    with `error` set, so one unreachable site does not hide the logs of the others.
     """
-    subject = subjects.site_logs(site)
-    envelope = api.Envelope(request=api.LogRead(launch_id=launch_id, offset=offset,
-                                                max_bytes=max_bytes))
+    request = api.LogRead(launch_id=launch_id, offset=offset, max_bytes=max_bytes)
     try:
-        data = await bus.request(subject, api.encode_envelope(envelope), timeout=request_timeout)
-        result = api.decode_reply(data, subject=subject)
+        result = await call(subjects.site_logs(site), request, study=study)
         if not isinstance(result, api.LogData):
             raise TypeError(f"a {type(result).__name__} result")
         data = base64.b64decode(result.data_b64)
@@ -66,7 +70,7 @@ async def read_log_chunk(
 
 
 async def worker_logs(
-    bus: Bus,
+    call: Call,
     fetch_job: Callable[[], Awaitable[JobState]],
     *,
     site: str | None = None,
@@ -74,7 +78,6 @@ async def worker_logs(
     poll: float = 0.5,
     max_bytes: int = 256 * 1024,
     limit_s: float | None = None,
-    request_timeout: float = 10.0,
 ) -> AsyncIterator[LogChunk]:
     """Every worker's log of one job (`fetch_job` gives its current state); see `Client.logs`."""
     offsets: dict[str, int] = {}
@@ -89,14 +92,14 @@ async def worker_logs(
             offset = offsets.get(key, 0)
             for _ in range(10_000):  # a bound: 10k chunks of max_bytes each is plenty
                 chunk, finished = await read_log_chunk(
-                    bus,
+                    call,
+                    job.study or None,
                     w.site,
                     w.role,
                     w.rank,
                     w.launch_id,
                     offset,
                     max_bytes,
-                    request_timeout=request_timeout,
                 )
                 if chunk.data or chunk.error:
                     progressed = True

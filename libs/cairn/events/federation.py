@@ -64,15 +64,17 @@ class BackendDeclared(Event, tag="site.backend", frozen=True, kw_only=True):
 
 
 class RecordSkipped(Event, tag="site.record-skipped", frozen=True, kw_only=True):
-    """A service skipped a stored record it could not decode (and dead-lettered a copy).
+    """A service skipped a stored record it could not decode or act on (and dead-lettered a
+    copy): undecodable, or, at a launcher, a launch whose end could never be reported (its
+    study is not the site's). Reported once per record.
 
     Attributes:
         site: The site whose service skipped it.
         service: Which service (`snapshotter`, `launcher`, `agent`, ...).
         store: The stream or KV bucket it was read from.
-        key: Its subject (stream) or key (KV).
+        key: Its subject (stream), key (KV), or for a launch request its launch id.
         seq: Its stream sequence (0 when unknown).
-        error: Why it did not decode.
+        error: Why it was skipped.
     """
 
     site: str

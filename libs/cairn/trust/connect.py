@@ -80,9 +80,14 @@ def worker_credentials(env: Mapping[str, str]) -> tuple[str | None, ssl.SSLConte
     return _file_of(env, "CAIRN_CREDS"), tls_context(_file_of(env, "CAIRN_TLS_CA"), None, None)
 
 
-async def member_studies(bus: Bus, site: str) -> set[str] | None:
+async def member_studies(bus: Bus, site: str, *, strict: bool = False) -> set[str] | None:
     """The studies the authority says `site` is in; None when no authority answers (an
-    insecure federation, where every study may be read)."""
+    insecure federation, where every study may be read).
+
+    Raises:
+        Unavailable, Timeout: with `strict`, a secure federation's authority did not answer
+            (otherwise that reads as no studies, until the next scan).
+    """
     from cairn import subjects
     from cairn.errors import Timeout, Unavailable
 
@@ -91,8 +96,12 @@ async def member_studies(bus: Bus, site: str) -> set[str] | None:
     except Unavailable:
         # No authority: an insecure federation, or (with credentials) one whose authority
         # is restarting, where nothing new can be read until it is back.
+        if bus.creds and strict:
+            raise
         return set() if bus.creds else None
     except Timeout:
+        if strict:
+            raise
         return set()  # an authority that is slow to answer: try again on the next scan
     try:
         studies = json.loads(reply).get("studies", [])

@@ -34,7 +34,7 @@ import msgspec
 from cairn import api
 from cairn.errors import CairnError, InvalidName, PermissionDenied, Unavailable
 from cairn.names import check_name
-from cairn.trust.credentials import Identity, Kind, verify_credential
+from cairn.trust.credentials import Identity, Kind, Verified, verify_credential
 from cairn.trust.nkeyjwt import (
     CredentialError,
     decode_b64_any,
@@ -193,10 +193,36 @@ class RequestVerifier:
                                    field="nonce")
         return verified
 
+    async def verify_signer(self, raw: bytes, envelope: api.Envelope, *,
+                            study: str | None = None, now: float | None = None) -> Verified:
+        """Who signed the request, once its signature, freshness and nonce check out (what
+        that signer may ask is for the caller to decide: the launcher's log API does).
+
+        Raises:
+            PermissionDenied: unsigned, unknown signer, tampered, expired or replayed.
+            Unavailable: whether the nonce was used before cannot be told.
+        """
+        signer = self._signer(raw, envelope, study=study, now=now)
+        assert envelope.nonce is not None  # _signer refuses a request without one
+        if not await self.nonces.first_use(envelope.nonce, signer=signer.identity.name):
+            raise PermissionDenied("replayed request: this nonce was used before",
+                                   field="nonce")
+        return signer
+
     def check(self, raw: bytes, envelope: api.Envelope, *, study: str | None = None,
               now: float | None = None) -> tuple[api.Envelope, str]:
         """Everything `verify` checks but the nonce's first use: (the envelope with its
         verified actor, the signer's name)."""
+        signer = self._signer(raw, envelope, study=study, now=now)
+        if signer.identity.kind is Kind.SITE:
+            _check_site_request(signer.identity, envelope)
+            return envelope, signer.identity.name
+        return (msgspec.structs.replace(envelope, actor=actor_of(signer.identity,
+                                                                 envelope.actor)),
+                signer.identity.name)
+
+    def _signer(self, raw: bytes, envelope: api.Envelope, *, study: str | None,
+                now: float | None) -> Verified:
         t = time.time() if now is None else now
         for name in (study, envelope.study):
             if name is not None:
@@ -229,12 +255,7 @@ class RequestVerifier:
         if not envelope.nonce or not NONCE.fullmatch(envelope.nonce):
             raise PermissionDenied("a signed request needs a nonce of 16 to 128 base64url "
                                    "characters", field="nonce")
-        if signer.identity.kind is Kind.SITE:
-            _check_site_request(signer.identity, envelope)
-            return envelope, signer.identity.name
-        return (msgspec.structs.replace(envelope, actor=actor_of(signer.identity,
-                                                                 envelope.actor)),
-                signer.identity.name)
+        return signer
 
 
 def _check_site_request(identity: Identity, envelope: api.Envelope) -> None:
