@@ -85,8 +85,10 @@ async def test_a_copy_of_a_real_launch_under_a_new_launch_id_is_refused(
                                             roles=ONLY_SITE_A))
         [first] = await wait_for_lines(starts, 1)
         real = await _launch_of(bus, job)
+        # A consistent copy (its launch id is its own fields', so it passes the owner
+        # check every service applies) that no deploy command ever asked for.
         forged = msgspec.structs.replace(
-            real, id="forged-copy", launch_id=f"{job}/site-a/client/0/7",
+            real, id="forged-copy", launch_id=f"{job}/site-a/client/0/7", attempt=7,
             params={**real.params, "starts": str(injected), "injected": True},
             timeout_s=real.timeout_s * 10)
         # The real launch id again, with its params injected: launched once, never twice.
@@ -172,8 +174,12 @@ async def test_a_forged_launch_for_another_study_is_dead_lettered_once_and_nothi
         letter = msgspec.json.decode(await letters.first(), type=DeadLettered)
         assert letter.subject == launch_subject
         assert "'other' is not one of site site-a's studies" in letter.error, letter.error
-        launches = await bus.js.key_value(subjects.kv_launches("site-a"))
-        await launches.put(kv_key(stale.launch_id), msgspec.json.encode(stale))
+        site_a = await fed.bus(kit="site-a")  # the site's own launch records are its to write
+        try:
+            launches = await site_a.js.key_value(subjects.kv_launches("site-a"))
+            await launches.put(kv_key(stale.launch_id), msgspec.json.encode(stale))
+        finally:
+            await site_a.close()
     finally:
         await bus.close()
 

@@ -57,12 +57,14 @@ async def test_a_launch_the_site_did_not_accept_is_refused(
     # The site's own identity may write on its launch subject (its agent does): the
     # launcher's own checks are what stop it.
     bus = await secure_fed.bus(kit="site-a")
+    hub = await secure_fed.bus()  # watches what the site may not read (dead letters)
     try:
-        letters = await watch(bus, subjects.deadletter(subjects.site_stream("site-a").name))
-        exits = await watch(bus, subjects.site_job_events(forged.study or "", "site-a"))
+        letters = await watch(hub, subjects.deadletter(subjects.site_stream("site-a").name))
+        exits = await watch(hub, subjects.site_job_events(forged.study or "", "site-a"))
         await bus.publish(forged)
         letter = msgspec.json.decode(await letters.first(), type=DeadLettered)
     finally:
+        await hub.close()
         await bus.close()
     assert letter.subject == subjects.subject_of(forged)
     assert f"no deploy command for {forged.launch_id}" in letter.error, letter.error
