@@ -26,6 +26,7 @@ from cairn.events import (
     JobCancelRequested,
     JobCompleted,
     JobDispatched,
+    JobEnding,
     JobFailed,
     JobQueued,
     JobRunning,
@@ -380,7 +381,7 @@ def subject_of(event: Event) -> str:
         case StudyCreated() | StudySiteAdded() | StudySiteRemoved() | StudyAdminAdded() | \
                 StudyAdminRemoved():
             return study_admin(study, _last(event))
-        case JobSubmitted() | JobQueued() | JobDispatched() | JobRunning() | \
+        case JobSubmitted() | JobQueued() | JobDispatched() | JobRunning() | JobEnding() | \
                 JobCancelRequested() | JobCompleted() | JobFailed() | JobAborted() | \
                 JobUnschedulable():
             return job(study, event.job, _last(event))

@@ -33,6 +33,7 @@ class LaunchRecord(msgspec.Struct, frozen=True, kw_only=True):
     exit: WorkerExit | None = None
     requested_at: datetime | None = None
     cancelled: bool = False
+    cancel_cause: str | None = None
 
 
 def kv_key(launch_id: str) -> str:

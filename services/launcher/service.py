@@ -185,7 +185,8 @@ class LauncherService:
             state="launching" if launch.state == "requested" else launch.state,  # type: ignore[arg-type]
             handle=handle or (previous.handle if previous else None),
             exit=exit or (previous.exit if previous else None),
-            requested_at=launch.requested_at, cancelled=launch.cancelled)
+            requested_at=launch.requested_at, cancelled=launch.cancelled,
+            cancel_cause=launch.cancel_cause)
         self.records[record.launch_id] = record
         assert self._kv is not None
         await self._kv.put(kv_key(record.launch_id), record)
@@ -335,10 +336,10 @@ class LauncherService:
     async def _report(self, launch: LaunchState, result: WorkerExit) -> None:
         # The latest state: a cancel may have arrived while the worker ran.
         launch = self.launches.get(launch.launch_id) or launch
+        cause = launch_state.exit_cause(launch, result.exit_code, result.cause)
         exited = WorkerExited(**self._event_base(launch, "exited"), exit_code=result.exit_code,
-                              reason=launch_state.exit_cause(launch, result.exit_code,
-                                                             result.cause),
-                              message=result.message)
+                              reason=cause,
+                              message=launch_state.exit_message(cause, result.message))
         # Published before it is recorded: a launcher killed in between reports it again on
         # restart (the same message id), rather than never.
         await self.bus.publish(exited)
@@ -384,6 +385,7 @@ def _state_of(record: LaunchRecord) -> LaunchState:
         launch_id=record.launch_id, study=record.study, job=record.job, site=record.site,
         role=record.role, rank=record.rank, attempt=record.attempt, state=record.state,
         requested_at=record.requested_at, updated_at=record.requested_at,
-        cancelled=record.cancelled, native_id=record.handle.native_id if record.handle else "",
+        cancelled=record.cancelled, cancel_cause=record.cancel_cause,
+        native_id=record.handle.native_id if record.handle else "",
         exit_code=exit.exit_code if exit else None, reason=exit.cause if exit else None,
         message=exit.message if exit else "")
