@@ -285,6 +285,9 @@ class KubernetesBackend:
         loop = asyncio.get_running_loop()
         unanswered_since: float | None = None
         while True:
+            # Cleared before the read, not after: a watch event that comes while the read is
+            # on its way makes the loop read again, instead of being lost until the next poll.
+            watch.changed.clear()
             try:
                 pod = await self._read(watch)
             except CairnError as exc:
@@ -312,7 +315,6 @@ class KubernetesBackend:
                     and not (watch.timed_out or watch.cancelled)):
                 watch.timed_out = True
                 await self._stop(watch, self.grace_s)
-            watch.changed.clear()
             await wait_changed(watch.changed, self.poll_s)
 
     async def _read(self, watch: _Watch) -> dict[str, Any] | None:
