@@ -13,11 +13,20 @@ from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.integration.cp_helpers import study_events
 
-SERVER = "print('server done', flush=True)\n"
+# The server ends once the lingering client is up (so that client surely outlives it).
+SERVER = """\
+import json, os, pathlib, time
+up = pathlib.Path(json.loads(os.environ["CAIRN_PARAMS"])["lingering"])
+for _ in range(1200):  # bounded: 120 s
+    if up.exists():
+        break
+    time.sleep(0.1)
+print("server done", flush=True)
+"""
 # The client at site-a ends at once; the one at site-b never ends by itself, and records the
 # SIGTERM it gets (so the test sees it was asked to stop, not killed).
 CLIENT = """\
-import os, pathlib, signal, time
+import json, os, pathlib, signal, time
 workdir = pathlib.Path(os.environ["CAIRN_WORKDIR"])
 if os.environ["CAIRN_SITE"] == "site-a":
     raise SystemExit(0)
@@ -25,6 +34,7 @@ def stop(signum, frame):
     (workdir / "terminated").write_text(signal.Signals(signum).name)
     os._exit(128 + signum)
 signal.signal(signal.SIGTERM, stop)
+pathlib.Path(json.loads(os.environ["CAIRN_PARAMS"])["lingering"]).write_text("up")
 print("lingering", flush=True)
 time.sleep(600)
 """
@@ -48,6 +58,7 @@ def write_fl_job(job_dir: Path, end_grace: str) -> Path:
             resources: {{cpus: 1, memory: 256Mi}}
             sites: [site-a, site-b]
         end_grace: {end_grace}
+        params: {{lingering: {job_dir / "lingering-is-up"}}}
         """))
     return path
 
