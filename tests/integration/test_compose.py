@@ -34,6 +34,9 @@ from tests.fixtures.docker import REPO, DockerEngine, build_image
 
 UP_TIMEOUT_S = 240.0
 JOB_TIMEOUT_S = 240.0
+# Building the images, `up`, the job, a backup and a restore, each bounded by its own limit
+# above: pytest's default 120 s would cut the test short of them on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
