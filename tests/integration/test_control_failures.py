@@ -69,7 +69,7 @@ def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2,
     """Pids the workers (at `sites`, default all) wrote on their first line (waits until
     `count` did)."""
     pids: list[int] = []
-    for _ in range(100):
+    for _ in range(600):  # bounded: 30 s (a loaded machine is slow to start a process)
         pids = []
         for site in sites or fed.sites:
             for started in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started"):
@@ -78,7 +78,7 @@ def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2,
                     pids.append(int(text))
         if len(pids) >= count:
             break
-        time.sleep(0.05)  # bounded: 100 looks
+        time.sleep(0.05)
     return pids
 
 
