@@ -4,10 +4,19 @@ Decisions are level-triggered: `decide_job` looks at a job's folded state and re
 events that move it on. Every event it returns has a deterministic id, so running it twice
 (after a restart, or before its own last events came back) publishes nothing new: JetStream
 drops the duplicate and the state check stops the rest.
+
+How a job with a hub role (an FL job's server) ends: once the hub role exited 0 its work is
+done, but the job is `completed` only when every worker has exited. The clients, told on the
+data plane that training is over, normally exit at once; the coordinator records the wait
+(`job.ending`), gives them the spec's `end_grace_s` from then, and only then stops those still
+running, with reason `outlived-server` (the launcher reports that as their exit cause). A
+worker whose end is never reported does not hold the job forever: `END_REPORT_S` after the
+stop's own grace, the job completes regardless.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +32,7 @@ from cairn.events import (
     JobAborted,
     JobCompleted,
     JobDispatched,
+    JobEnding,
     JobFailed,
     JobQueued,
     JobRunning,
@@ -30,8 +40,14 @@ from cairn.events import (
     Resources,
     RoleRequest,
 )
+from cairn.spec.causes import Cause
 from cairn.state.job import JobState, WorkerState
 from cairn.state.study import StudyState
+
+END_REPORT_S = 30.0
+"""After a stop's own grace, how long a stopped worker's exit may take to be reported before
+the job completes without it (a launcher that is down, a site that is slow to answer)."""
+MAX_END_GRACE_S = 366 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -208,27 +224,55 @@ def decide_job(job: JobState, study: StudyState | None, ctx: Context) -> list[Ev
         return _cancels(job, ctx, "cancelled", ctx.cancel_grace_s)
     if job.state in ("submitted", "queued"):
         return _decide_pending(job, study, ctx)
+    out: list[Event] = []
+    if job.state == "dispatched" and any(w.state in ("running", "exited")
+                                         for w in job.workers.values()):
+        out.append(JobRunning(**_base(job, "running", ctx), job=job.job))
+    if job.hub_finished:
+        # Before the timeout: the server's result stands, and the wait is bounded by the
+        # end grace anyway.
+        return [*out, *_ending(job, ctx)]
     started = job.dispatched_at or job.submitted_at
     if now - started > timedelta(seconds=job.spec.timeout_s):
         return [_end(job, ctx, "failed", "timeout",
                      f"job ran past its timeout of {job.spec.timeout_s:g}s"),
                 *_cancels(job, ctx, "timeout", ctx.cancel_grace_s)]
-    out: list[Event] = []
-    if job.state == "dispatched" and any(w.state in ("running", "exited")
-                                         for w in job.workers.values()):
-        out.append(JobRunning(**_base(job, "running", ctx), job=job.job))
     verdicts = [(_role_verdict(job, r, ctx), r) for r in job.spec.roles]
     for (verdict, cause, message), _role in verdicts:
         if verdict == "failed":
             return [*out, _end(job, ctx, "failed", cause or "crashed", message),
                     *_cancels(job, ctx, "job failed", ctx.cancel_grace_s)]
-    hub_roles = [r for r in job.spec.roles if r.placement == "hub"]
-    hub_done = hub_roles and all(v[0] == "ok" for v, r in verdicts if r.placement == "hub")
-    if all(v[0] == "ok" for v, _ in verdicts) or hub_done:
-        # The server role finishing ends an FL job: clients still running are stopped.
+    if all(v[0] == "ok" for v, _ in verdicts):
+        # Every role has its workers' verdict; any still listed as live is on a lost site.
         return [*out, _end(job, ctx, "completed"),
                 *_cancels(job, ctx, "job completed", ctx.cancel_grace_s)]
     return out
+
+
+def end_grace_s(job: JobState) -> float:
+    """The job's end grace in seconds, within bounds whatever a request carried."""
+    grace = float(job.spec.end_grace_s)
+    return min(grace, MAX_END_GRACE_S) if math.isfinite(grace) and grace >= 0 else 0.0
+
+
+def _ending(job: JobState, ctx: Context) -> list[Event]:
+    """The hub role finished: wait for the other workers, stop those past the end grace."""
+    live = [w for w in job.still_running() if not _failed(w, ctx)]
+    if not live:
+        return [_end(job, ctx, "completed")]
+    grace = end_grace_s(job)
+    if job.ending_at is None:
+        return [JobEnding(**_base(job, "ending", ctx), job=job.job, end_grace_s=grace,
+                          waiting=[w.key for w in live])]
+    waited = (ctx.now - job.ending_at).total_seconds()
+    if waited < grace:
+        return []
+    if waited < grace + ctx.cancel_grace_s + END_REPORT_S:
+        reason = str(Cause.OUTLIVED_SERVER)
+        return [CancelCommand(**_base(job, f"cancel.{site}.{reason}", ctx), job=job.job,
+                              site=site, reason=reason, grace_s=ctx.cancel_grace_s)
+                for site in sorted({w.site for w in live})]
+    return [_end(job, ctx, "completed")]
 
 
 def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> list[Event]:

@@ -80,11 +80,10 @@ class WorkerEnds:
         """
         # The latest state: a cancel may have arrived while the worker ran.
         launch = self.svc.launches.get(launch.launch_id) or launch
+        cause = launch_state.exit_cause(launch, result.exit_code, result.cause)
         exited = WorkerExited(**self.svc.event_base(launch, "exited"),
-                              exit_code=result.exit_code,
-                              reason=launch_state.exit_cause(launch, result.exit_code,
-                                                             result.cause),
-                              message=result.message)
+                              exit_code=result.exit_code, reason=cause,
+                              message=launch_state.exit_message(cause, result.message))
         # Published before it is recorded: a launcher killed in between reports it again on
         # restart (the same message id), rather than never.
         try:

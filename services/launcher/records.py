@@ -48,6 +48,7 @@ class LaunchRecord(msgspec.Struct, frozen=True, kw_only=True):
     requested_at: datetime | None = None
     cancelled: bool = False
     dead_lettered: str = ""
+    cancel_cause: str | None = None
 
 
 class IndexedDeploy(msgspec.Struct, frozen=True, kw_only=True):

@@ -212,7 +212,7 @@ class LauncherService:
             handle=handle or (previous.handle if previous else None),
             exit=exit or (previous.exit if previous else None),
             requested_at=launch.requested_at, cancelled=launch.cancelled,
-            dead_lettered=dead_lettered)
+            dead_lettered=dead_lettered, cancel_cause=launch.cancel_cause)
         self.records[record.launch_id] = record
         assert self._kv is not None
         await self._kv.put(kv_key(record.launch_id), record)
@@ -354,6 +354,7 @@ def _state_of(record: LaunchRecord) -> LaunchState:
         launch_id=record.launch_id, study=record.study, job=record.job, site=record.site,
         role=record.role, rank=record.rank, attempt=record.attempt, state=record.state,
         requested_at=record.requested_at, updated_at=record.requested_at,
-        cancelled=record.cancelled, native_id=record.handle.native_id if record.handle else "",
+        cancelled=record.cancelled, cancel_cause=record.cancel_cause,
+        native_id=record.handle.native_id if record.handle else "",
         exit_code=exit.exit_code if exit else None, reason=exit.cause if exit else None,
         message=exit.message if exit else "")

@@ -61,6 +61,16 @@ class Probe:
             except TimeoutError:
                 return
 
+    async def settled(self, timeout: float = 5.0) -> None:
+        """Return once the server has answered everything sent so far, refusals included.
+
+        The server sends a refusal before the PONG of a later PING, and nats-py hands it to
+        `error_cb` before it reads on. But a flush writes its PING ahead of publishes still
+        pending in nats-py's buffer: only the second flush's PONG comes after those.
+        """
+        await self.nc.flush(timeout=timeout)
+        await self.nc.flush(timeout=timeout)
+
     async def close(self) -> None:
         if not self.nc.is_closed:
             await self.nc.close()

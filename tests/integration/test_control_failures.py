@@ -64,19 +64,21 @@ def alive(pid: int) -> bool:
         return False
 
 
-def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2) -> list[int]:
-    """Pids the workers wrote on their first line (waits until `count` did)."""
+def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2,
+                sites: tuple[str, ...] | None = None) -> list[int]:
+    """Pids the workers (at `sites`, default all) wrote on their first line (waits until
+    `count` did)."""
     pids: list[int] = []
-    for _ in range(100):
+    for _ in range(600):  # bounded: 30 s (a loaded machine is slow to start a process)
         pids = []
-        for site in fed.sites:
+        for site in sites or fed.sites:
             for started in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started"):
                 text = started.read_text()
                 if text:
                     pids.append(int(text))
         if len(pids) >= count:
             break
-        time.sleep(0.05)  # bounded: 100 looks
+        time.sleep(0.05)
     return pids
 
 
@@ -149,7 +151,8 @@ async def _kill_site_parent_mid_job(federation: EmbeddedFederation, client: Clie
     await wait_running(client, job_id)
     pids = worker_pids(federation, job_id)
     federation.kill("site-site-a")  # the agent and the launcher of site-a, by SIGKILL
-    await asyncio.sleep(0.5)
+    # Its parent is reaped; its workers still run (and below, exit 0 after their 4 s: no
+    # signal reached them).
     assert all(alive(p) for p in pids), "workers outlive their parent"
     federation.respawn("site-site-a")
     final = await client.wait(job_id, timeout=60)
@@ -174,13 +177,24 @@ async def test_worker_ending_while_launcher_is_down_is_reported(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(1)))
     await wait_running(client, job_id)
+    [pid] = worker_pids(federation, job_id, count=1, sites=("site-a",))
     federation.kill("site-site-a")
-    await asyncio.sleep(2.0)  # the worker ends while nobody watches it
+    # The worker ends while nobody watches it: wait until it has.
+    deadline = time.monotonic() + 30
+    while alive(pid):
+        assert time.monotonic() < deadline, "the worker did not end"
+        await asyncio.sleep(0.05)
+    events = await study_events(federation, job=job_id)
+    assert not [e for e in events if isinstance(e, ev.WorkerExited) and e.site == "site-a"]
     federation.respawn("site-site-a")
     final = await client.wait(job_id, timeout=60)
     assert final.state == "completed"
     site_a = next(w for w in final.workers.values() if w.site == "site-a")
-    assert site_a.exit_code == 0
+    assert (site_a.exit_code, site_a.cause) == (0, None)
+    # Its end was found by the restarted launcher's reconcile, not watched.
+    log = federation.process("site-site-a").log.read_text()
+    launch_id = site_a.launch_id
+    assert f"worker {launch_id} ended while the launcher was down" in log, log[-2000:]
 
 
 async def test_coordinator_killed_mid_job_recovers_from_replay(

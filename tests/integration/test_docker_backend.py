@@ -214,7 +214,14 @@ async def test_a_new_launcher_finds_running_and_ended_containers(
     running = await first.launch(spec(code_dir, ["sleep", "60"], rank=0))
     quick = await first.launch(spec(code_dir, ["sh", "-c", "echo done; exit 4"], rank=1))
     await first.close()  # the launcher goes away; the containers do not
-    await asyncio.sleep(1.0)
+    # The quick one ends while no launcher watches it: wait for the engine to say so.
+    docker = engine.client()
+    try:
+        code = await asyncio.to_thread(
+            lambda: docker.containers.get(quick.native_id).wait(timeout=30)["StatusCode"])
+    finally:
+        docker.close()
+    assert code == 4
 
     second = DockerBackend(tmp_path / "site", docker_host=engine.host, poll_s=0.1)
     try:

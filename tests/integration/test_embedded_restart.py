@@ -139,7 +139,12 @@ async def test_kill_9_of_each_piece_while_a_job_runs(up: Up, tmp_path: Path) -> 
         job_dir = tmp_path / "job"
         job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=ROLES))
         await _wait_workers_running(client, job_id)
-        pids = _worker_pids(up.dir, job_id)
+        # `running` is the launcher's word that it started them; their first line, which
+        # writes the pid, may come a moment later.
+        deadline = time.monotonic() + 60
+        while len(pids := _worker_pids(up.dir, job_id)) < 2:
+            assert time.monotonic() < deadline, f"the workers wrote no pid: {pids}"
+            await asyncio.sleep(0.05)
         assert len(pids) == 2
 
         os.kill(up.pid_of("coordinator"), signal.SIGKILL)

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -127,8 +127,16 @@ async def test_gating_receipts_expiry_drift_and_restore(fed: EmbeddedFederation,
     [row] = json.loads(out)
     assert row["verified"] and row["by"] == "federation" and row["evidence"] == bundle
 
-    # Too old for the next job's max age: unschedulable, a typed reason per site.
-    await asyncio.sleep(2.5)
+    # Too old for the next job's max age: unschedulable, a typed reason per site. Waited
+    # for by the evidence's own time: until it is past the 2 s max age.
+    bus = await fed.bus()
+    try:
+        [evidence] = [e for e in await recorded(bus, "site-a", RECIPE) if e.bundle == bundle]
+    finally:
+        await bus.close()
+    assert evidence.validated_at is not None
+    expires = evidence.validated_at + timedelta(seconds=2)
+    await asyncio.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.05)
     job = await submit(fed, tmp_path, "too-old", "2s")
     assert job.state == "unschedulable", job
     assert job.reasons["site-a"].startswith("client: expired:"), job.reasons

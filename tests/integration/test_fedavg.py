@@ -25,6 +25,7 @@ from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.fixtures.federation import connect, make_federation
+from tests.integration.cp_helpers import study_events
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "fedavg"
@@ -102,6 +103,20 @@ def _children(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
 
 
+async def assert_clean_end(fed: EmbeddedFederation, job_id: str, workers: int) -> None:
+    """Every worker exited 0 on its own (no cause, no stop sent to any site), and the job was
+    completed only after the last of them had."""
+    events = [e for e in await study_events(fed) if getattr(e, "job", None) == job_id]
+    exits = [e for e in events if isinstance(e, ev.WorkerExited)]
+    assert len(exits) == workers, exits
+    assert all((e.exit_code, e.reason) == (0, None) for e in exits), exits
+    assert not [e for e in events if isinstance(e, ev.CancelCommand)]
+    tags = [ev.tag_of(e) for e in events]
+    assert tags.count("job.completed") == 1
+    last_exit = max(i for i, t in enumerate(tags) if t == "worker.exited")
+    assert last_exit < tags.index("job.completed"), tags
+
+
 async def wait_for_round(client: Client, job_id: str, rnd: int, timeout: float = 60) -> None:
     for _ in range(int(timeout / 0.1)):
         job = await client.job(job_id)
@@ -121,6 +136,7 @@ async def test_fedavg_two_sites_beats_each_site_alone_and_keeps_data_home(
         job_id = await client.submit(fedavg_job(tmp_path, rounds=3, min_sites=2))
         final = await client.wait(job_id, timeout=120)
         assert final.state == "completed", final
+        await assert_clean_end(fed, job_id, workers=3)
         result = server_result(final)
         assert len(result["accuracy"]) == 3
         fed_acc = result["accuracy"][-1]

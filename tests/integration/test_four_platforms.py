@@ -1,11 +1,15 @@
 """One federation, four platforms: one job runs at once across a process site, a Docker site
 (the worker image on a private engine), a Slurm site (the two-node lab cluster, CLI driver)
-and a Kubernetes site (kmock: the test plays the kubelet and drives the pod's phase)."""
+and a Kubernetes site (kmock: the test plays the kubelet: it runs the pod's container command
+with the pod's environment in the folder its work claim maps to, drives the pod's phase, and
+serves what the command printed as the pod's log)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ BACKENDS = {"site-p": "process", "site-d": "docker", "site-s": "slurm", "site-k"
 NS = "fourway"
 K8S_IMAGE = "registry.site-k/cairn-worker:1.0"
 WAIT_S = 120.0
-# Every worker writes where it ran and on what; the Kubernetes pod's "run" is the test.
+# Every worker writes where it ran and on what.
 SCRIPT = """\
 import os, pathlib, sys
 marker = pathlib.Path(os.environ["CAIRN_WORKDIR"]) / "ran-here"
@@ -83,12 +87,17 @@ def four_platforms(tmp_path: Path, dockerd: DockerEngine, image: BuiltImage, lab
 
 
 class Kubelet:
-    """What a kubelet would do for the one pod: the test sets its phases."""
+    """What a kubelet would do for the one pod: run it, set its phases, keep its log."""
 
     def __init__(self, url: str) -> None:
         configuration = k8s.Configuration()
         configuration.host = url
         self.core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+        self.logs: dict[str, bytes] = {}
+        """The output of each pod this kubelet ran, served as the pod's log."""
+
+    def log_of(self, request: Any) -> bytes:
+        return self.logs.get(str(request.name), b"")
 
     async def pod(self) -> dict[str, Any]:
         for _ in range(int(WAIT_S / 0.1)):
@@ -100,23 +109,42 @@ class Kubelet:
             await asyncio.sleep(0.1)
         raise AssertionError("the launcher created no pod")
 
-    async def run_to_success(self, name: str) -> None:
-        for status in ({"phase": "Running"},
-                       {"phase": "Succeeded", "containerStatuses": [
-                           {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]}):
-            await asyncio.to_thread(self.core.patch_namespaced_pod_status, name, NS,
-                                    {"status": status}, _preload_content=False,
-                                    _request_timeout=10)
+    async def run(self, pod: dict[str, Any], work_root: Path) -> None:
+        """Run the pod's worker container here: its command line and environment, in the
+        folder its `cairn-work` mount's subPath names under the claim (`work_root`), then
+        record how it ended in the pod's status."""
+        name = pod["metadata"]["name"]
+        [container] = [c for c in pod["spec"]["containers"] if c["name"] == "worker"]
+        command = [*container["command"], *(container.get("args") or [])]
+        if command[0] == "python":
+            command[0] = sys.executable  # the image's python, on this host
+        [mount] = [m for m in container["volumeMounts"] if m["name"] == "cairn-work"]
+        folder = work_root / mount["subPath"]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        env["CAIRN_WORKDIR"] = str(folder)  # the mount, as this host sees it
+        await self._status(name, {"phase": "Running"})
+        done = await asyncio.to_thread(subprocess.run, command, cwd=folder, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       timeout=60, check=False)
+        self.logs[name] = done.stdout
+        await self._status(name, {
+            "phase": "Succeeded" if done.returncode == 0 else "Failed",
+            "containerStatuses": [{"name": "worker", "state": {
+                "terminated": {"exitCode": done.returncode}}}]})
+
+    async def _status(self, name: str, status: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.core.patch_namespaced_pod_status, name, NS,
+                                {"status": status}, _preload_content=False,
+                                _request_timeout=10)
 
 
 async def test_one_job_runs_on_process_docker_slurm_and_kubernetes_at_once(
         tmp_path: Path, dockerd: DockerEngine, worker_image: BuiltImage, slurm_lab: SlurmLab,
         kmock: Any) -> None:
-    kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << (
-        b"ran at site-k\n")
     url = str(kmock.url).rstrip("/")
     fed = four_platforms(tmp_path, dockerd, worker_image, slurm_lab, url)
     kubelet = Kubelet(url)
+    kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << kubelet.log_of
     fed.start()
     try:
         await fed.wait_healthy(90)
@@ -138,7 +166,8 @@ async def test_one_job_runs_on_process_docker_slurm_and_kubernetes_at_once(
                 await asyncio.sleep(0.1)
             job = await client.job(job_id)
             assert not job.terminal, "the job waits for its Kubernetes worker"
-            await kubelet.run_to_success(pod["metadata"]["name"])
+            await kubelet.run(pod, fed.site_dir("site-k") / "work")
+            workdirs["site-k"] = fed.site_dir("site-k") / "work" / "workers"
             final = await client.wait(job_id, timeout=WAIT_S)
             log = b"".join([c.data async for c in client.logs(job_id)]).decode()
         finally:
@@ -151,9 +180,11 @@ async def test_one_job_runs_on_process_docker_slurm_and_kubernetes_at_once(
     assert launching == BACKENDS
     exited = {e.site: (e.exit_code, e.reason) for e in events if isinstance(e, ev.WorkerExited)}
     assert exited == {site: (0, None) for site in BACKENDS}
+    ranks = {w.site: w.rank for w in final.workers.values()}
     for site, folder in workdirs.items():
         [marker] = folder.glob(f"{job_id}_*/ran-here")
-        assert marker.read_text().split()[0] == site
+        assert marker.read_text() == f"{site} {ranks[site]}"
+    # Each site's own output, as its launcher captured it (the pod's from the log API).
     for site in ("site-p", "site-d", "site-s", "site-k"):
-        assert f"ran at {site}" in log, log
+        assert f"ran at {site} rank {ranks[site]}" in log, log
     assert pod["spec"]["containers"][0]["image"] == K8S_IMAGE

@@ -107,7 +107,12 @@ async def test_every_message_says_its_content_type(
         job_id = await client.submit(write_job(job_dir, script=DATA_PLANE_JOB, roles=ROLES))
         final = await client.wait(job_id, timeout=180)
         assert final.state == "completed", (final.cause, final.message, final.workers)
-        await asyncio.sleep(1.0)  # the last heartbeats
+        # Heartbeats are core messages too: wait for one from every site after the job.
+        beats = {subjects.heartbeat(site) for site in federation.sites}
+        after = len(seen)
+        async with asyncio.timeout(30):
+            while not beats <= {subject for subject, _, _ in seen[after:]}:
+                await asyncio.sleep(0.05)
     finally:
         await bus.close()
     by_kind: dict[str, int] = {}

@@ -80,6 +80,31 @@ class Cluster:
                                 {"status": status}, _preload_content=False,
                                 _request_timeout=10)
 
+    def backend_requests(self, name: str, *, watch: bool = False) -> int:
+        """How many reads of pod `name` (or, with `watch`, watches of pods) the backend made:
+        the requests the server logged that are not the test's own."""
+        count = 0
+        for r in list(self.server):
+            if r.headers.get("User-Agent") == KUBELET or r.method.value.upper() != "GET":
+                continue
+            watching = r.params.get("watch") == "true"
+            if (watch and watching) or (not watch and not watching and r.name == name
+                                      and not r.subresource):
+                count += 1
+        return count
+
+    async def read_by_backend(self, name: str, reads: int = 1, *, watched: bool = False
+                              ) -> None:
+        """Wait (bounded) until the backend has read pod `name` `reads` times (two reads: it
+        has acted on the first, its loop being sequential), and with `watched` also has
+        a watch open."""
+        for _ in range(int(WAIT_S / 0.02)):
+            if self.backend_requests(name) >= reads and (
+                    not watched or self.backend_requests(name, watch=True) >= 1):
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"the backend did not read pod {name} {reads} times")
+
     def exists(self, name: str) -> bool:
         key = (PODS, NS, name)
         return key in self.server.objects and not self.server.objects[key].deleted
@@ -277,7 +302,9 @@ async def test_phases_set_by_the_kubelet_drive_the_worker_to_its_exit_code(
         handle = await backend.launch(make_spec(tmp_path))
         name = handle.native_id.split("/")[1]
         started = asyncio.create_task(backend.started(handle))
-        await asyncio.sleep(0.5)
+        # The pod's loop read it Pending, then read it twice more, a poll apart: `started`
+        # (which looks every poll too) has seen that Pending since.
+        await cluster.read_by_backend(name, reads=3)
         assert not started.done()  # Pending: not running yet
         await cluster.set_status(name, {"phase": "Running", "containerStatuses": [
             {"name": "worker", "state": {"running": {"startedAt": "2026-12-01T10:00:00Z"}}}]})
@@ -578,8 +605,10 @@ async def test_the_watch_reports_an_exit_long_before_the_next_poll(
     backend = make_backend(cluster, tmp_path, poll_s=600.0)  # only the watch can wake it
     try:
         handle = await backend.launch(make_spec(tmp_path))
-        await asyncio.sleep(0.5)  # its loop has read the pod once and now waits
-        await cluster.set_status(handle.native_id.split("/")[1], {
+        name = handle.native_id.split("/")[1]
+        # Its loop has read the pod once (and will not again for 600 s); the watch is open.
+        await cluster.read_by_backend(name, watched=True)
+        await cluster.set_status(name, {
             "phase": "Succeeded", "containerStatuses": [
                 {"name": "worker", "state": {"terminated": {"exitCode": 0}}}]})
         result = await ended(backend, handle)

@@ -28,6 +28,7 @@ from tests.integration.cp_helpers import study_events  # noqa: E402
 NS = "lung"
 IMAGE = "registry.site-k/cairn-worker:1.0"
 WAIT_S = 60.0
+KUBELET = "kubelet-played-by-the-test"
 
 
 def kubeconfig(path: Path, url: str) -> Path:
@@ -59,10 +60,25 @@ def federation(tmp_path: Path, url: str, pending_timeout: str = "10m") -> Embedd
 
 
 class Kubelet:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, server: Any) -> None:
         configuration = k8s.Configuration()
         configuration.host = url
-        self.core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+        api = k8s.ApiClient(configuration)
+        api.user_agent = KUBELET  # to tell its requests from the launcher's
+        self.core = k8s.CoreV1Api(api)
+        self.server = server
+
+    async def read_by_launcher(self, name: str, reads: int = 3) -> None:
+        """Wait (bounded) until the launcher has read pod `name` `reads` times: it reads
+        every poll, so by the third read it has acted on what the first one showed."""
+        for _ in range(int(WAIT_S / 0.05)):
+            seen = [r for r in list(self.server) if r.method.value.upper() == "GET"
+                    and r.headers.get("User-Agent") != KUBELET and r.name == name
+                    and not r.subresource and r.params.get("watch") != "true"]
+            if len(seen) >= reads:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the launcher did not read pod {name} {reads} times")
 
     async def pod(self) -> dict[str, Any]:
         for _ in range(int(WAIT_S / 0.1)):
@@ -109,7 +125,7 @@ def request() -> JobRequest:
 async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) -> None:
     kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b"round 1 ok\n"
     url = str(kmock.url).rstrip("/")
-    fed, kubelet = federation(tmp_path, url), Kubelet(url)
+    fed, kubelet = federation(tmp_path, url), Kubelet(url, kmock)
     fed.start()
     try:
         await fed.wait_healthy(60)
@@ -119,7 +135,7 @@ async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) 
             job = await client.submit_request(request())
             pod = await kubelet.pod()
             name = pod["metadata"]["name"]
-            await asyncio.sleep(1.0)  # the launcher has seen the pod Pending by now
+            await kubelet.read_by_launcher(name)  # it has seen the pod Pending
             assert await worker_state(client, job) == "launching"  # no node has it yet
             await kubelet.set_status(name, {"phase": "Running"})
             assert await worker_state(client, job, until="running") == "running"
@@ -159,7 +175,7 @@ async def test_pod_phases_drive_a_job_to_completion(kmock: Any, tmp_path: Path) 
 async def test_a_cancelled_job_deletes_its_pod(kmock: Any, tmp_path: Path) -> None:
     kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b"stopping\n"
     url = str(kmock.url).rstrip("/")
-    fed, kubelet = federation(tmp_path, url), Kubelet(url)
+    fed, kubelet = federation(tmp_path, url), Kubelet(url, kmock)
     fed.start()
     try:
         await fed.wait_healthy(60)
@@ -185,7 +201,7 @@ async def test_a_pod_no_node_can_take_ends_the_worker_unschedulable(
         kmock: Any, tmp_path: Path) -> None:
     kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b""
     url = str(kmock.url).rstrip("/")
-    fed, kubelet = federation(tmp_path, url, pending_timeout="2s"), Kubelet(url)
+    fed, kubelet = federation(tmp_path, url, pending_timeout="2s"), Kubelet(url, kmock)
     fed.start()
     try:
         await fed.wait_healthy(60)
@@ -217,7 +233,7 @@ async def test_a_pod_still_pending_when_the_site_restarts_runs_to_completion(
         kmock: Any, tmp_path: Path) -> None:
     kmock["get", kmock.resource("", "v1", "pods"), kmock.subresource("log")] << b"done\n"
     url = str(kmock.url).rstrip("/")
-    fed, kubelet = federation(tmp_path, url), Kubelet(url)
+    fed, kubelet = federation(tmp_path, url), Kubelet(url, kmock)
     fed.start()
     try:
         await fed.wait_healthy(60)
@@ -225,7 +241,7 @@ async def test_a_pod_still_pending_when_the_site_restarts_runs_to_completion(
         try:
             job = await client.submit_request(request())
             name = (await kubelet.pod())["metadata"]["name"]
-            await asyncio.sleep(1.0)
+            await kubelet.read_by_launcher(name)  # it has seen the pod Pending
             assert await worker_state(client, job) == "launching"
         finally:
             await client.close()

@@ -73,8 +73,7 @@ async def test_a_worker_credential_is_confined_to_its_job_and_dies_with_it(
         await worker.nc.publish(launcher, b"{}")
         await worker.nc.subscribe(other_job)
         await worker.nc.publish("$JS.API.CONSUMER.CREATE.DATA_demo", b"{}")
-        await worker.nc.flush(timeout=5)
-        await asyncio.sleep(0.3)
+        await worker.settled()  # every refusal is in
         assert not worker.refused(own), worker.errors
         assert worker.refused(f'publish to "{coordinator}"')
         assert worker.refused(f'publish to "{launcher}"')

@@ -1,6 +1,8 @@
 """FedAvg (examples/fedavg) with its client sites on Slurm: one through the CLI driver, one
-through slurmrestd; the hub's server runs as a process. The job must complete, and each client
-must have run as a Slurm batch job of the lab cluster."""
+through slurmrestd; the hub's server runs as a process. The job must complete, each client
+must have run as a Slurm batch job of the lab cluster, and the job must end cleanly: every
+worker exits 0 on its own, and Slurm (the controller and, where it runs, the accounting
+database) records every client's batch job as COMPLETED, not cancelled or failed."""
 
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ from cairn import events as ev
 from tests.fixtures.federation import connect, make_federation
 from tests.fixtures.slurm_lab import SlurmLab
 from tests.integration.cp_helpers import default_policy, rewrite_runtime, study_events
-from tests.integration.test_fedavg import fedavg_job, server_result, setup_data
+from tests.integration.test_fedavg import (
+    assert_clean_end,
+    fedavg_job,
+    server_result,
+    setup_data,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +51,7 @@ async def test_fedavg_runs_with_its_clients_on_slurm(slurm_lab: SlurmLab,
         finally:
             await client.close()
         events = await study_events(fed, job=job_id)
+        await assert_clean_end(fed, job_id, workers=3)
     finally:
         fed.stop()
     assert final.state == "completed", (final, log)
@@ -61,6 +69,25 @@ async def test_fedavg_runs_with_its_clients_on_slurm(slurm_lab: SlurmLab,
         out = shown.stdout
         assert f"cairn:{running[site].launch_id}" in out, out
         assert f"JobName=cairn-{job_id}-client-{running[site].rank}" in out
-        assert "JobState=COMPLETED" in out
+        assert "JobState=COMPLETED" in out and "ExitCode=0:0" in out, out
         partition, limit = (("one", "00:05:00") if site == "site-a" else ("all", "00:10:00"))
         assert f"Partition={partition} " in out and f"TimeLimit={limit}" in out, out
+        if slurm_lab.accounting:
+            assert await accounted(slurm_lab, running[site].native_id) == "COMPLETED|0:0"
+
+
+async def accounted(lab: SlurmLab, job: str, timeout: float = 30.0) -> str:
+    """The batch job's `State|ExitCode` in the accounting database, once slurmdbd has its end
+    (slurmctld sends it there asynchronously; bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    row = ""
+    while loop.time() < deadline:
+        out = await asyncio.to_thread(
+            subprocess.run, ["sacct", "-j", job, "-X", "-n", "-P", "-o", "State,ExitCode"],
+            env=lab.env, capture_output=True, text=True, timeout=30, check=True)
+        row = out.stdout.strip()
+        if row and row.split("|")[0] not in ("PENDING", "RUNNING", "COMPLETING"):
+            return row
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"sacct has no end for job {job} after {timeout:g}s: {row!r}")

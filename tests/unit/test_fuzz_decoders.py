@@ -8,7 +8,9 @@ snapshot record, KV entries)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cairn import api, events, subjects
-from cairn.errors import CairnError
+from cairn.client import deadletters
+from cairn.errors import CairnError, InvalidInput
 from cairn.events.decoding import decode_with
 from cairn.launcher.records import LaunchRecord
 from cairn.runtime.health import is_ready
@@ -163,15 +166,46 @@ def test_data_plane_arrays_from_garbage_are_refused_not_crashes(
         pass
 
 
-@given(text=st.text(max_size=40))
+class _DeadLetterBus:
+    """The three calls `redrive` makes, on one stored dead letter."""
+
+    def __init__(self, letter: bytes) -> None:
+        self.letter: bytes | None = letter
+        self.published: list[tuple[str, bytes]] = []
+
+    async def get_message(self, stream: str, seq: int) -> tuple[str, dict[str, str], bytes]:
+        assert self.letter is not None
+        return "cairn.deadletter.S", {}, self.letter
+
+    async def publish_bytes(self, subject: str, payload: bytes, **_: Any) -> int:
+        self.published.append((subject, payload))
+        return 1
+
+    async def delete_message(self, stream: str, seq: int) -> None:
+        self.letter = None
+
+
+# Strict base64 (RFC 4648 alphabet, whole quanta, padding only at the end): the oracle.
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+@given(text=st.text(max_size=40) | st.binary(max_size=30).map(
+    lambda b: base64.b64encode(b).decode()))
 def test_dead_letter_payload_garbage_is_found_before_a_redrive(text: str) -> None:
+    """A payload that is not base64 is refused by redrive (InvalidInput, exit 3, naming the
+    field) before anything is published or deleted; a good one goes back on its subject."""
     letter = events.DeadLettered(**events.stamp(), source="fuzz", stream="S", subject="s",
                                  consumer="c", payload_b64=text)
-    decoded = events.DEADLETTER_DECODER.decode(events.encode(letter))
-    try:
-        base64.b64decode(decoded.payload_b64, validate=True)
-    except ValueError:
-        pass  # redrive turns this into InvalidInput (exit 3)
+    bus = _DeadLetterBus(events.encode(letter))
+    if _BASE64.fullmatch(text):
+        asyncio.run(deadletters.redrive(bus, 7))  # type: ignore[arg-type]
+        assert bus.published == [("s", base64.b64decode(text))]
+        assert bus.letter is None, "a redriven dead letter is deleted"
+        return
+    with pytest.raises(InvalidInput) as refused:
+        asyncio.run(deadletters.redrive(bus, 7))  # type: ignore[arg-type]
+    assert refused.value.field == "payload_b64"
+    assert bus.published == [] and bus.letter is not None, "nothing changed"
 
 
 def test_every_stream_has_a_decoder_here() -> None:

@@ -6,6 +6,7 @@ real drivers do is in tests/integration/test_slurm_backend.py."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,11 +28,13 @@ class MemoryCluster:
         self.accounted: dict[str, JobStatus] = {}
         self.down = False
         self.cancels: list[tuple[str, str | None]] = []
+        self.polls = 0  # how often the backend asked for the controller's jobs
 
     async def submit(self, request: JobRequest, script_path: str) -> str:
         raise AssertionError("not submitted in these tests")
 
     async def jobs(self) -> dict[str, JobStatus]:
+        self.polls += 1
         if self.down:
             raise SlurmUnavailable("slurmctld does not answer")
         return dict(self.listed)
@@ -46,6 +49,13 @@ class MemoryCluster:
 
     async def close(self) -> None:
         return None
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait (bounded) until `condition()` holds, looking after every turn of the loop."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
 
 
 def handle(tmp_path: Path, job_id: str = "41") -> LaunchHandle:
@@ -80,7 +90,8 @@ async def test_an_unreachable_controller_stops_nothing(tmp_path: Path) -> None:
     await backend.reattach(h)
     cluster.down = True
     waiting = asyncio.ensure_future(backend.wait(h))
-    await asyncio.sleep(0.2)
+    polls = cluster.polls
+    await until(lambda: cluster.polls >= polls + 10)  # ten polls the controller refused
     assert not waiting.done()
     cluster.down = False
     cluster.listed["41"] = status("TIMEOUT", None, signal=15)
@@ -109,9 +120,10 @@ async def test_cancel_of_a_pending_job_removes_it_at_once(tmp_path: Path) -> Non
     backend = SlurmBackend(tmp_path, driver=cluster, poll_s=0.01)
     h = handle(tmp_path)
     await backend.reattach(h)
-    await asyncio.sleep(0.05)  # one poll: it is seen pending
+    polls = cluster.polls
+    await until(lambda: cluster.polls > polls + 1)  # the watch has seen it pending
     task = asyncio.ensure_future(backend.cancel(h, grace_s=30))
-    await asyncio.sleep(0.1)
+    await until(lambda: bool(cluster.cancels))
     assert cluster.cancels == [("41", None)]  # no SIGTERM round, no grace wait
     cluster.listed["41"] = status("CANCELLED", None)
     await asyncio.wait_for(task, 10)

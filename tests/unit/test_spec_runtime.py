@@ -257,6 +257,7 @@ def test_causes_are_the_closed_set() -> None:
         "oom",
         "timeout",
         "cancelled",
+        "outlived-server",
         "site-lost",
         "too-few-sites",
         "unschedulable",

@@ -35,6 +35,7 @@ def make(kind: str, i: int) -> object:
         "dispatched": lambda: ev.JobDispatched(**b, job=JOB, deployments=[
             ev.Deployment(site="site-a", role="client")]),
         "running": lambda: ev.JobRunning(**b, job=JOB),
+        "ending": lambda: ev.JobEnding(**b, job=JOB, end_grace_s=30.0, waiting=["site-a/client/0"]),
         "completed": lambda: ev.JobCompleted(**b, job=JOB),
         "failed": lambda: ev.JobFailed(**b, job=JOB, reason="crashed"),
         "aborted": lambda: ev.JobAborted(**b, job=JOB),
@@ -48,7 +49,7 @@ def make(kind: str, i: int) -> object:
     }[kind]()  # type: ignore[no-any-return]
 
 
-KINDS = ["queued", "dispatched", "running", "completed", "failed", "aborted", "cancel",
+KINDS = ["queued", "dispatched", "running", "ending", "completed", "failed", "aborted", "cancel",
          "accepted", "rejected", "launching", "w-running", "exited"]
 histories = st.lists(st.sampled_from(KINDS), max_size=25).map(
     lambda kinds: [SUBMITTED, *(make(k, i + 1) for i, k in enumerate(kinds))])

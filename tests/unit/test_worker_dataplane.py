@@ -222,7 +222,10 @@ async def test_request_reply_including_requests_sent_before_serving(bus: FakeBus
     # Sent before the server serves: the request waits in the queue, then is answered.
     pending = client.request("server", 0, "double", {"n": 21}, timeout=2)
     task = asyncio.ensure_future(pending)
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):  # until the request is on the bus, unanswered
+        while not any(m.subject.endswith(".double") for m in bus.stream):
+            await asyncio.sleep(0)
+    assert not task.done()
     server.serve("double", double)
     assert (await task).payload == {"n": 42, "who": 2}
     with pytest.raises(RemoteError, match="ValueError: negative"):

@@ -166,3 +166,44 @@ async def test_exited_client_is_not_waited_for(bus: FakeBus) -> None:  # noqa: F
     result = await asyncio.wait_for(run_server(server, initial={"w": np.zeros(1)}), 60)
     assert result.rounds[0].sites == ["site-0", "site-1"]
     await asyncio.gather(*runs)
+
+
+async def test_a_client_ends_when_the_server_exited_without_a_stop(
+        bus: FakeBus) -> None:  # noqa: F811
+    deployed = deployments(1)
+    server = MemoryWorker(bus, "server", 0, "hub", deployed)
+    client = MemoryWorker(bus, "client", 0, "site-0", deployed, client_timeout=3600)
+    for w in (server, client):
+        await w.connect()
+    run = asyncio.create_task(run_client(client, train_towards(1.0, 10)))
+    ready = await server.receive("ready", 5)
+    assert ready.sender_site == "site-0"
+    assert not run.done()
+    # The launcher reports the server's exit (as watch_job records it); no stop was sent.
+    client.exited[("server", 0)] = None  # type: ignore[assignment]
+    client.exits_changed.set()
+    assert await asyncio.wait_for(run, 5) == 0
+
+
+async def test_a_task_the_server_left_before_it_exited_is_still_trained(
+        bus: FakeBus) -> None:  # noqa: F811
+    deployed = deployments(1)
+    server = MemoryWorker(bus, "server", 0, "hub", deployed)
+    client = MemoryWorker(bus, "client", 0, "site-0", deployed)
+    for w in (server, client):
+        await w.connect()
+    await server.broadcast("task", {"round": 1, "model": {"w": np.zeros(1)}})
+    client.exited[("server", 0)] = None  # type: ignore[assignment]
+    # The round-1 task is there: the client trains it before it notices the server is gone.
+    assert await asyncio.wait_for(run_client(client, train_towards(1.0, 10)), 5) == 1
+
+
+async def test_a_client_with_no_task_for_its_idle_timeout_fails(
+        bus: FakeBus) -> None:  # noqa: F811
+    from cairn.errors import Timeout
+
+    deployed = deployments(1)
+    client = MemoryWorker(bus, "client", 0, "site-0", deployed, client_timeout=0.3)
+    await client.connect()
+    with pytest.raises(Timeout, match=r"no task from server/0 within 0\.3s"):
+        await asyncio.wait_for(run_client(client, train_towards(1.0, 10)), 5)

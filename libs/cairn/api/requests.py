@@ -41,6 +41,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
         queue_timeout_s: How long the job may wait for capacity.
         requires: Evidence requirement, if any.
         rerun_of: The job this one reruns, if any.
+        end_grace_s: How long the other workers may run on once the hub role finished.
     """
 
     name: str
@@ -53,6 +54,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     queue_timeout_s: float = 600.0
     requires: RecipeRequirement | None = None
     rerun_of: str | None = None
+    end_grace_s: float = 30.0
 
 
 # -- cairn.api.fed.<verb> ---------------------------------------------------------------------

@@ -57,6 +57,18 @@ def headline(job: JobState) -> str:
     return f"job {job.job} ({job.name}) {job.state}{why}{msg}"
 
 
+def ending_note(job: JobState) -> str | None:
+    """While a job waits for its workers after its server role finished: what it waits for."""
+    if job.terminal or job.ending_at is None:
+        return None
+    waiting = [w.key for w in job.still_running()]
+    if not waiting:
+        return None
+    return (f"the server role finished at {job.ending_at:%H:%M:%S}: waiting up to "
+            f"{job.spec.end_grace_s:g}s for {', '.join(waiting)} to exit (then they are "
+            "stopped, cause outlived-server)")
+
+
 def renderable(job: JobState) -> Any:
     """A rich table of the job's workers, titled with the job's state."""
     from rich.table import Table
@@ -74,6 +86,8 @@ def renderable(job: JobState) -> Any:
     if not job.workers:
         reasons = "; ".join(f"{k}: {v}" for k, v in sorted(job.reasons.items()))
         table.caption = reasons or "waiting for dispatch"
+    elif (note := ending_note(job)) is not None:
+        table.caption = note
     return table
 
 
@@ -88,6 +102,8 @@ def print_job(job: JobState) -> None:
     if job.reasons:
         for site, reason in sorted(job.reasons.items()):
             click.echo(f"  {site}: {reason}")
+    if (note := ending_note(job)) is not None:
+        click.echo(note)
     if job.workers:
         print_table("workers", WORKER_COLUMNS, worker_rows(job))
     if job.results:

@@ -49,6 +49,7 @@ def request_of_spec(spec: JobSpec, code_digest: str | None) -> JobRequest:
         timeout_s=float(spec.timeout_s),
         retries=spec.retries,
         queue_timeout_s=float(spec.queue_timeout_s),
+        end_grace_s=float(spec.end_grace_s),
         requires=requires,
     )
 

@@ -22,6 +22,7 @@ from cairn.events import (
     JobCancelRequested,
     JobCompleted,
     JobDispatched,
+    JobEnding,
     JobFailed,
     JobQueued,
     JobRunning,
@@ -125,6 +126,10 @@ def summary(event: Event) -> str:
             return f"dispatched to {where}"
         case JobRunning():
             return "running"
+        case JobEnding():
+            waiting = ", ".join(event.waiting) or "none"
+            return (f"server role finished; waiting up to {event.end_grace_s:g}s for "
+                    f"{waiting} to exit")
         case JobCancelRequested():
             return f"cancel requested ({event.reason})"
         case JobCompleted():

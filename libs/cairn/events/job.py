@@ -110,6 +110,9 @@ class JobSubmitted(Event, tag="job.submitted", frozen=True, kw_only=True):
     queue_timeout_s: float = 600.0
     requires: RecipeRequirement | None = None
     rerun_of: str | None = None
+    end_grace_s: float = 30.0
+    """Once the hub role (an FL job's server) finished, how long the other workers have to
+    exit on their own before they are stopped (cause `outlived-server`)."""
 
 
 class JobQueued(Event, tag="job.queued", frozen=True, kw_only=True):
@@ -135,6 +138,20 @@ class JobDispatched(Event, tag="job.dispatched", frozen=True, kw_only=True):
 
 class JobRunning(Event, tag="job.running", frozen=True, kw_only=True):
     job: str
+
+
+class JobEnding(Event, tag="job.ending", frozen=True, kw_only=True):
+    """The job's hub role (an FL job's server) finished with exit 0 while other workers
+    still run: they have `end_grace_s` from now to exit on their own, then they are stopped
+    (cause `outlived-server`). The job stays `running` until every worker has exited.
+
+    Attributes:
+        waiting: The workers still running (`site/role/rank`).
+    """
+
+    job: str
+    end_grace_s: float
+    waiting: list[str] = []
 
 
 class JobCancelRequested(Event, tag="job.cancel-requested", frozen=True, kw_only=True):
@@ -170,6 +187,6 @@ class JobUnschedulable(Event, tag="job.unschedulable", frozen=True, kw_only=True
 JOB_TERMINAL = ("job.completed", "job.failed", "job.aborted", "job.unschedulable")
 
 JobEvent = (
-    JobSubmitted | JobQueued | JobDispatched | JobRunning | JobCancelRequested | JobCompleted
-    | JobFailed | JobAborted | JobUnschedulable
+    JobSubmitted | JobQueued | JobDispatched | JobRunning | JobEnding | JobCancelRequested
+    | JobCompleted | JobFailed | JobAborted | JobUnschedulable
 )

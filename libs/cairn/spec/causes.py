@@ -28,6 +28,9 @@ class Cause(StrEnum):
     """The worker ran past the job's timeout."""
     CANCELLED = "cancelled"
     """Someone cancelled the job."""
+    OUTLIVED_SERVER = "outlived-server"
+    """The worker was stopped after the job's hub role (its server) finished: it had not
+    exited within the job's `end_grace`. The job itself completed."""
     SITE_LOST = "site-lost"
     """The site stopped answering (heartbeats lost) while the worker ran."""
     TOO_FEW_SITES = "too-few-sites"

@@ -31,6 +31,7 @@ Placement = Literal["hub", "sites"]
 HUB_ROLE = "server"
 DEFAULT_TIMEOUT_S = 3600
 DEFAULT_QUEUE_TIMEOUT_S = 600
+DEFAULT_END_GRACE_S = 30
 _Scalar = int | float | str
 # Upper bounds (docs/limits.md), so a slip is an error at load rather than a job that waits
 # forever for sites or retries without end.
@@ -74,6 +75,7 @@ class _RawJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     timeout: int | str = DEFAULT_TIMEOUT_S
     retries: int = 0
     queue_timeout: int | str = DEFAULT_QUEUE_TIMEOUT_S
+    end_grace: int | str = DEFAULT_END_GRACE_S
     requires: _RawRequires | None = None
 
 
@@ -133,6 +135,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
         timeout_s: Whole-job timeout in seconds.
         retries: Attempts per worker for infrastructure failures only.
         queue_timeout_s: How long the job may wait for capacity before `unschedulable`.
+        end_grace_s: Once the hub role (the server) finished, how long the other workers
+            may go on to exit on their own before they are stopped (`outlived-server`).
         requires: Evidence requirement, if any.
         code_digest: sha256 of the packed code bundle, filled by the client once uploaded.
     """
@@ -146,6 +150,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     timeout_s: int = DEFAULT_TIMEOUT_S
     retries: int = 0
     queue_timeout_s: int = DEFAULT_QUEUE_TIMEOUT_S
+    end_grace_s: int = DEFAULT_END_GRACE_S
     requires: Requirement | None = None
     code_digest: str | None = None
 
@@ -200,6 +205,7 @@ def parse_job_spec(text: str, file: str, base_dir: str | Path) -> JobSpec:
         timeout_s=where.check(("timeout",), parse_duration, raw.timeout),
         retries=raw.retries,
         queue_timeout_s=where.check(("queue_timeout",), parse_duration, raw.queue_timeout),
+        end_grace_s=where.check(("end_grace",), parse_duration, raw.end_grace),
         requires=requires,
     )
 

@@ -2,6 +2,8 @@
 
 Job states: submitted -> queued -> dispatched -> running -> completed | failed | aborted |
 unschedulable. Per worker: deploying -> accepted | rejected -> launching -> running -> exited.
+A job whose hub role finished while other workers still run stays `running`, with
+`ending_at` set (`job.ending`), until they have exited.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cairn.events import (
     JobCancelRequested,
     JobCompleted,
     JobDispatched,
+    JobEnding,
     JobFailed,
     JobQueued,
     JobRunning,
@@ -94,10 +97,27 @@ class JobState(msgspec.Struct, frozen=True, kw_only=True):
     cancel_requested: bool = False
     workers: dict[str, WorkerState] = {}
     results: tuple[JobResult, ...] = ()
+    ending_at: datetime | None = None
+    """When the coordinator saw the hub role finish with workers still running
+    (`job.ending`); they have the spec's `end_grace_s` from then to exit."""
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def hub_finished(self) -> bool:
+        """Every worker of the job's hub roles (an FL job's server) exited 0: its work is
+        done, and the job ends once the other workers have exited too."""
+        hub = {r.name for r in self.spec.roles if r.placement == "hub"}
+        workers = [w for w in self.workers.values() if w.role in hub]
+        return bool(workers) and all(w.state == "exited" and w.exit_code == 0
+                                     for w in workers)
+
+    def still_running(self) -> list[WorkerState]:
+        """The workers that have neither exited nor been rejected, in key order."""
+        return [w for _, w in sorted(self.workers.items())
+                if w.state not in ("exited", "rejected")]
 
 
 def worker_key(site: str, role: str, rank: int) -> str:
@@ -149,6 +169,10 @@ def apply(job: JobState | None, event: object) -> JobState | None:
             return _advance(job, "dispatched", event.at, reasons={})
         case JobRunning():
             return _advance(job, "running", event.at)
+        case JobEnding():
+            if job.terminal or job.ending_at is not None:
+                return job
+            return msgspec.structs.replace(job, ending_at=event.at, updated_at=event.at)
         case JobCancelRequested():
             if job.terminal:
                 return job

@@ -14,6 +14,7 @@ from datetime import datetime
 import msgspec
 
 from cairn.events import LaunchCancel, LaunchRequested, WorkerExited, WorkerLaunching, WorkerRunning
+from cairn.spec.causes import Cause
 
 LAUNCH_ORDER = {"requested": 0, "launching": 1, "running": 2, "exited": 3}
 
@@ -34,6 +35,9 @@ class LaunchState(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         state: `requested`, `launching`, `running` or `exited`.
         cancelled: A cancel arrived before it exited.
+        cancel_cause: The cause a worker stopped by that cancel ends with, where it is not
+            `cancelled`: `outlived-server` when the coordinator stopped a worker still
+            running past its job's end grace, after the job's server role had finished.
         native_id: The backend's id of the worker, once running.
         exit_code: The reported exit code (None: unknown, or not exited).
         reason: The reported closed-set cause; None for a clean exit.
@@ -50,6 +54,7 @@ class LaunchState(msgspec.Struct, frozen=True, kw_only=True):
     requested_at: datetime | None = None
     updated_at: datetime | None = None
     cancelled: bool = False
+    cancel_cause: str | None = None
     native_id: str = ""
     exit_code: int | None = None
     reason: str | None = None
@@ -106,8 +111,9 @@ def apply(launches: Launches, event: object) -> Launches:
             current = launches.launches.get(event.launch_id)
             if current is None or current.exited or current.cancelled:
                 return launches
-            return _put(launches, msgspec.structs.replace(current, cancelled=True,
-                                                          updated_at=event.at))
+            return _put(launches, msgspec.structs.replace(
+                current, cancelled=True, cancel_cause=_STOP_CAUSES.get(event.reason),
+                updated_at=event.at))
         case WorkerExited():
             return _advance(launches, event.launch_id, "exited", event.at,
                             exit_code=event.exit_code, reason=event.reason,
@@ -125,19 +131,33 @@ def is_new(launches: Launches, launch_id: str) -> bool:
     return launch_id not in launches.launches
 
 
+# A cancel's reason that gives the stopped worker's end its own cause (any other: cancelled).
+_STOP_CAUSES = {str(Cause.OUTLIVED_SERVER): str(Cause.OUTLIVED_SERVER)}
+
+
 def exit_cause(launch: LaunchState, exit_code: int | None, cause: str | None) -> str | None:
     """The cause to report for how a backend saw a worker end.
 
     A clean exit is a clean exit, even after a cancel. A worker killed by a signal after a
     cancel arrived (the backend may not know, after a restart) ended by that cancel; one that
-    failed on its own keeps its cause.
+    failed on its own keeps its cause. A worker the cancel stopped ends with the cancel's
+    cause: `cancelled`, or `outlived-server` for one stopped after its job's server finished.
     """
     if exit_code == 0:
         return None
-    if (launch.cancelled and cause in ("crashed", None)
-            and (exit_code is None or exit_code >= 128)):
-        return "cancelled"
+    stopped = cause == "cancelled" or (cause in ("crashed", None)
+                                       and (exit_code is None or exit_code >= 128))
+    if launch.cancelled and stopped:
+        return launch.cancel_cause or "cancelled"
     return cause
+
+
+def exit_message(cause: str | None, message: str) -> str:
+    """The backend's account of the end, prefixed with why Cairn stopped it where that is
+    not a plain cancel."""
+    if cause == Cause.OUTLIVED_SERVER:
+        return f"stopped after the server role finished (past the job's end grace); {message}"
+    return message
 
 
 def unsupported(request: LaunchRequested, backend: str,

@@ -37,6 +37,7 @@ from cairn.events import (
     JobCancelRequested,
     JobCompleted,
     JobDispatched,
+    JobEnding,
     JobFailed,
     JobQueued,
     JobRunning,
@@ -215,8 +216,8 @@ DEADLETTER = "DEADLETTER"
 
 _STUDY_ADMIN_EVENTS = (StudyCreated, StudySiteAdded, StudySiteRemoved, StudyAdminAdded,
                        StudyAdminRemoved)
-_JOB_EVENTS = (JobSubmitted, JobQueued, JobDispatched, JobRunning, JobCancelRequested,
-               JobCompleted, JobFailed, JobAborted, JobUnschedulable)
+_JOB_EVENTS = (JobSubmitted, JobQueued, JobDispatched, JobRunning, JobEnding,
+               JobCancelRequested, JobCompleted, JobFailed, JobAborted, JobUnschedulable)
 _AGENT_JOB_EVENTS = (DeploymentAccepted, DeploymentRejected)
 _LAUNCHER_JOB_EVENTS = (WorkerLaunching, WorkerRunning, WorkerExited)
 _WORKER_EVENTS = (WorkerProgress, WorkerMetric, WorkerResult)

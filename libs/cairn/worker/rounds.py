@@ -15,6 +15,12 @@ The server learns its clients from `ready` (and from any update): there is no li
 to configure. A round ends when every known, live client answered, or at `round_timeout`;
 it needs at least `min_clients` answers, else the server fails with "too few sites". A
 client whose launcher reports it exited stops being waited for at once.
+
+How a client ends: on the server's `stop` (training is over), or, should the server have
+ended without one, as soon as its launcher reports the server exited. Either way
+`run_client` returns and the worker exits 0 on its own, within the job's `end_grace`: the
+coordinator completes the job once every worker has exited, and stops a client still
+running past the grace (cause `outlived-server`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cairn.errors import CairnError, InvalidInput, Timeout
-from cairn.worker import Worker
+from cairn.worker import Message, Worker
 
 W = TypeVar("W")
 Model = Any
@@ -36,7 +42,7 @@ Train = Callable[[Model, int], TrainResult | Awaitable[TrainResult]]
 Aggregate = Callable[[list[tuple[Model, float]]], Model]
 Evaluate = Callable[[Model], dict[str, float]]
 
-WAIT_SLICE_S = 0.2  # how often a waiting server looks at exits and late `ready`s
+WAIT_SLICE_S = 0.2  # how often a waiting server (or client) looks at exits and late `ready`s
 EXIT_GRACE_S = 3.0  # how long a server that lost too many clients waits for the coordinator
 
 
@@ -223,10 +229,28 @@ async def _round(worker: Worker, rnd: int, model: Model, known: dict[tuple[str, 
 
 # -- client --------------------------------------------------------------------------------
 
+async def _next_task(worker: Worker, server: tuple[str, int], idle: float) -> Message | None:
+    """The next task; None once the server has exited and left none.
+
+    Raises:
+        Timeout: nothing within `idle` seconds while the server runs.
+    """
+    deadline = time.monotonic() + idle
+    while True:
+        remaining = deadline - time.monotonic()
+        if server in worker.exited:
+            return await worker.poll("task")  # a stop sent just before it ended, or None
+        if remaining <= 0:
+            raise Timeout(f"no task from {server[0]}/{server[1]} within {idle:g}s")
+        try:
+            return await worker.receive("task", min(remaining, WAIT_SLICE_S))
+        except Timeout:
+            continue
+
 async def run_client(worker: Worker, train: Train, *, server_role: str | None = None,
                      idle_timeout: float | None = None) -> int:
-    """Answer the server's rounds until it says stop; returns how many rounds this client
-    trained.
+    """Answer the server's rounds until it says stop (or has exited without saying so);
+    returns how many rounds this client trained.
 
     `train(model, round)` returns `(weights, n_samples)` or `(weights, n_samples, metrics)`;
     a plain function runs on a thread (the bus stays responsive), a coroutine is awaited.
@@ -236,10 +260,13 @@ async def run_client(worker: Worker, train: Train, *, server_role: str | None = 
     """
     server = str(_param(worker, "server_role", server_role, "server"))
     idle = float(_param(worker, "client_timeout", idle_timeout, 600.0))
+    await worker.watch_job()
     await worker.send(server, 0, "ready", {"site": worker.site})
     done = 0
     while True:
-        msg = await worker.receive("task", idle)
+        msg = await _next_task(worker, (server, 0), idle)
+        if msg is None:
+            return done  # the server is gone without a stop: nothing more will come
         # A client that started late (or again) catches up with the latest task only.
         while (newer := await worker.poll("task")) is not None:
             msg = newer

@@ -57,6 +57,19 @@ async def wait_stopped(done: asyncio.Future[Any], limit_s: float) -> None:
         await asyncio.wait_for(asyncio.shield(done), limit_s)
 
 
+async def wait_changed(changed: asyncio.Event, timeout_s: float) -> None:
+    """Wait until `changed` is set or `timeout_s` passed, whichever comes first.
+
+    `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` returns normally when the
+    task is cancelled in the same loop turn as the event is set, so a watch loop stopped just
+    as its pod changed would swallow the cancel and never end (and `close()` would hang on
+    it).
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await changed.wait()
+
+
 async def stop_watching(watches: dict[str, Any]) -> None:
     """Cancel every watch task and forget them (the workers themselves keep running)."""
     tasks = [w.task for w in watches.values() if w.task is not None]

@@ -13,7 +13,6 @@ cancel and timeout delete the pod. An ended pod's log goes to `worker.log` and i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 from collections.abc import AsyncIterator, Awaitable
@@ -30,6 +29,7 @@ from cairn.launcher.backends._watching import (
     find_watch,
     stop_watching,
     stream_log,
+    wait_changed,
     wait_stopped,
     wait_watched,
 )
@@ -285,6 +285,9 @@ class KubernetesBackend:
         loop = asyncio.get_running_loop()
         unanswered_since: float | None = None
         while True:
+            # Cleared before the read, not after: a watch event that comes while the read is
+            # on its way makes the loop read again, instead of being lost until the next poll.
+            watch.changed.clear()
             try:
                 pod = await self._read(watch)
             except CairnError as exc:
@@ -312,9 +315,7 @@ class KubernetesBackend:
                     and not (watch.timed_out or watch.cancelled)):
                 watch.timed_out = True
                 await self._stop(watch, self.grace_s)
-            watch.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watch.changed.wait(), self.poll_s)
+            await wait_changed(watch.changed, self.poll_s)
 
     async def _read(self, watch: _Watch) -> dict[str, Any] | None:
         """The pod now; None once it is gone (or replaced by one that is not this launch's).
