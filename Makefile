@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 # The venv is made without a pip of its own, and the pip of the Python that made it installs
 # into it (`pip --python`, pip 22.3+): ensurepip alone takes 3 s of a quiet 2-core machine's
 # `make demo`, 13 s of a busy one. A Python without such a pip gets ensurepip after all.
-HOST_PIP := $(shell $(PYTHON) -m pip --python "$$($(PYTHON) -c 'import sys; print(sys.executable)')" \
-	--version >/dev/null 2>&1 && echo yes)
+HOST_PIP := $(shell $(PYTHON) -c 'import pip, sys; sys.exit(tuple(map(int, \
+	pip.__version__.split(".")[:2])) < (22, 3))' >/dev/null 2>&1 && echo yes)
 PIP := $(if $(HOST_PIP),$(PYTHON) -m pip --python $(PY),$(PY) -m pip) --disable-pip-version-check
 # Two installs into one venv: what running Cairn needs (`make demo`, `make install`), and on
 # top the tools that testing and linting need (`make setup`, `make test`, `make lint`).
