@@ -29,6 +29,9 @@ an existing --dir keeps the NATS port it had (docs/operate-embedded.md).
 With --check it starts, waits until every service is healthy, prints how long that took,
 stops, and exits 0.
 
+One per --dir: another `cairn up` there (--check too) is refused at once with exit 6, naming
+the running one's pid and NATS URL, and changes nothing of it.
+
 Secure by default: TLS, a throwaway PKI and one credential per participant under
 DIR/trust (kits in DIR/trust/kits), and the authority deciding what each may do at the
 broker. --insecure turns all of that off, for development only, and says so on every start.""")
