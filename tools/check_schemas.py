@@ -9,10 +9,12 @@ The committed folder is the baseline, the Structs are the candidate. Exit codes:
 - 1: compatible but different: `schemas/ is stale: run `make schemas``, after one line per
   file that differs.
 
-`--against REV` takes the baseline from `schemas/` as committed at a git revision (a release
-tag, the branch a change goes into) instead: re-exporting `schemas/` after a breaking change
-cannot hide it from that check. Only incompatibilities fail it (exit 1); new event types and
-fields are what revisions add. Exit 2 when the revision or its `schemas/` cannot be read.
+`--against BASELINE` checks the code against what subscribers really have instead: a folder
+(`schemas/baseline/`, the committed copy of the last release's schemas, which CI checks) or a
+git revision whose committed `schemas/` is taken (a release tag, the branch a change goes
+into). Re-exporting `schemas/` after a breaking change cannot hide it from that check. Only
+incompatibilities fail it (exit 1); new event types and fields are what releases add. Exit 2
+when the folder, the revision or its `schemas/` cannot be read.
 
 Types are compared structurally: annotations (defaults, docs, titles) never break readers,
 and a nested Struct is compared field by field, so a renamed class is not a type change.
@@ -216,16 +218,38 @@ def read_revision(repo: Path, rev: str) -> dict[str, str]:
     return {rel: git("show", f"{commit}:{path}") for rel, path in files.items()}
 
 
+BASELINE = REPO / "schemas" / "baseline"
+"""The schemas of the last release, committed (`make schemas-baseline` at a release)."""
+
+
+def read_baseline(folder: Path) -> dict[str, str]:
+    """The generated files of a baseline folder (a copy of a release's `schemas/`).
+
+    Raises:
+        LookupError: it holds no event schemas.
+    """
+    files = read_tree(folder)
+    if not any(rel.startswith("events/") for rel in files):
+        raise LookupError(f"{folder} holds no events/*.json")
+    return files
+
+
 def check_against(repo: Path, rev: str) -> tuple[int, list[str]]:
-    """(exit code, lines to print) for the code against `schemas/` at `rev`."""
+    """(exit code, lines to print) for the code against a baseline folder, or against
+    `schemas/` at the git revision `rev`."""
+    folder = Path(rev)
+    label = f"{rev.rstrip('/')}/" if folder.is_dir() else f"schemas/ at {rev}"
     try:
-        baseline = read_revision(repo, rev)
-    except (LookupError, OSError) as exc:
-        return 2, [f"cannot read schemas/ at {rev!r}: {exc}"]
-    problems = incompatibilities(baseline, generate())
+        baseline = read_baseline(folder) if folder.is_dir() else read_revision(repo, rev)
+    except (LookupError, OSError, UnicodeDecodeError) as exc:
+        return 2, [f"cannot read {label}: {exc}"]
+    try:
+        problems = incompatibilities(baseline, generate())
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return 2, [f"cannot read {label}: a schema is malformed ({type(exc).__name__}: {exc})"]
     if problems:
         return 1, problems
-    return 0, [f"compatible with schemas/ at {rev} ({len(_events(baseline))} event types)"]
+    return 0, [f"compatible with {label} ({len(_events(baseline))} event types)"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--against",
-        metavar="REV",
+        metavar="BASELINE",
         default=None,
-        help="check compatibility with schemas/ as committed at this git revision instead",
+        help="check compatibility with a baseline instead: a folder (schemas/baseline, the "
+        "last release's) or a git revision whose committed schemas/ is taken",
     )
     parser.add_argument(
         "--repo",

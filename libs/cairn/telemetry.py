@@ -9,6 +9,12 @@ OpenTelemetry's W3C propagator (`TraceContextTextMapPropagator`). Off, OpenTelem
 even imported (it costs a parent or a worker tens of milliseconds at start): the trace
 headers a message came with are carried unchanged to whatever its handler publishes, through
 a context variable.
+
+Span names follow OpenTelemetry's messaging conventions, `<operation> <destination template>`
+(`publish cairn.study.{study}.job.{job}.submitted`, `process cairn.api.study.{study}.submit`):
+they stay the same from one job, site or study to the next, so a tracing UI's list of
+operations does not grow with every job. The concrete subject and the ids are attributes
+(`messaging.destination.name`, `cairn.job`, ...).
 """
 
 from __future__ import annotations
@@ -238,6 +244,21 @@ def event_attributes(event: object) -> dict[str, str]:
     return out
 
 
+def messaging_span(operation: str, subject: str) -> tuple[str, dict[str, str]]:
+    """A messaging span's name and the attributes that say where its message went:
+    `<operation> <template>` (the operation alone for a subject that is not Cairn's, such as
+    a reply inbox: never a name that holds ids)."""
+    from cairn.subjects import template
+
+    attributes = {"messaging.system": "nats", "messaging.destination.name": subject,
+                  "messaging.operation.type": operation, "messaging.operation.name": operation}
+    pattern = template(subject)
+    if pattern is None:
+        return operation, attributes
+    attributes["messaging.destination.template"] = pattern
+    return f"{operation} {pattern}", attributes
+
+
 def start_producer(subject: str, message_id: str, event: object = None
                    ) -> tuple[Any, TraceHeaders]:
     """Start a PRODUCER span for one publish; returns (span or None, trace headers to send)."""
@@ -246,11 +267,10 @@ def start_producer(subject: str, message_id: str, event: object = None
         return None, _passed_on.get()
     from opentelemetry.trace import SpanKind
 
+    name, attributes = messaging_span("publish", subject)
     span = tracer.start_span(
-        f"{subject} publish", kind=SpanKind.PRODUCER,
-        attributes={"messaging.system": "nats", "messaging.destination.name": subject,
-                    "messaging.operation.type": "publish", "messaging.message.id": message_id,
-                    **event_attributes(event)},
+        name, kind=SpanKind.PRODUCER,
+        attributes={**attributes, "messaging.message.id": message_id, **event_attributes(event)},
     )
     return span, _headers_of(span)
 
@@ -282,10 +302,8 @@ class ProducerBatch:
         if self._span is None or self._count >= self.limit or parent != self._parent:
             self.end()
             self._parent = parent
-            self._span = tracer.start_span(
-                f"{subject} publish", kind=SpanKind.PRODUCER,
-                attributes={"messaging.system": "nats", "messaging.destination.name": subject,
-                            "messaging.operation.type": "publish"})
+            name, attributes = messaging_span("publish", subject)
+            self._span = tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
             self._headers = _headers_of(self._span)
         self._count += 1
         return self._headers
@@ -313,14 +331,12 @@ def consumer_span(subject: str, headers: dict[str, str] | None, *, consumer: str
     from opentelemetry.trace import SpanKind
 
     parent_ctx = _context_of(headers)
-    attributes: dict[str, str] = {"messaging.system": "nats",
-                                  "messaging.destination.name": subject,
-                                  "messaging.operation.type": "process",
-                                  "messaging.consumer.group.name": consumer}
+    name, attributes = messaging_span("process", subject)
+    attributes["messaging.consumer.group.name"] = consumer
     if message_id:
         attributes["messaging.message.id"] = message_id
     attributes.update(event_attributes(event))
-    with tracer.start_as_current_span(f"{subject} process", context=parent_ctx,
+    with tracer.start_as_current_span(name, context=parent_ctx,
                                       kind=SpanKind.CONSUMER, attributes=attributes):
         yield
 

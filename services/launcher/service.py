@@ -268,7 +268,8 @@ class LauncherService:
                 raise InvalidInput(why, field="gpus")
             self._guard(req, deploy)
             spec = await worker_spec(self.bus, req, site_cfg=self.site_cfg,
-                                     creds=self.config.creds, tls_ca=self.config.tls_ca)
+                                     creds=self.config.creds, tls_ca=self.config.tls_ca,
+                                     launcher_url=self.config.nats_url)
             handle = await self.backend.launch(spec)
         except CairnError as exc:
             refused = isinstance(exc, ImageNotApproved)

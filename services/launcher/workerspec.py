@@ -19,8 +19,18 @@ TRACING_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER", "OTEL_TRACE
 """What a launcher that traces hands its workers, so their spans land beside its own."""
 
 
+def worker_nats_url(site_cfg: SiteConfig, launcher_url: str | None) -> str:
+    """site.yaml's `worker_nats_url`; where it names none of its own, the URL the launcher was
+    given (`CAIRN_NATS_URL` and `--nats-url` win over site.yaml's `federation`): a NATS port
+    changed in one place moves the workers with their parent."""
+    if site_cfg.worker_nats_url != site_cfg.federation:
+        return site_cfg.worker_nats_url
+    return launcher_url or site_cfg.worker_nats_url
+
+
 async def worker_spec(bus: Bus, req: LaunchRequested, *, site_cfg: SiteConfig,
-                      creds: str | None, tls_ca: str | None) -> LaunchSpec:
+                      creds: str | None, tls_ca: str | None,
+                      launcher_url: str | None = None) -> LaunchSpec:
     """The spec the backend launches (unpacks the code bundle, mints the credential).
 
     Raises:
@@ -34,7 +44,8 @@ async def worker_spec(bus: Bus, req: LaunchRequested, *, site_cfg: SiteConfig,
         mounted = {k: v for k, v in own.items() if v.startswith("k8s:")}
         own = {k: v for k, v in own.items() if k not in mounted}
     env = {
-        "CAIRN_NATS_URL": site_cfg.worker_nats_url, "CAIRN_STUDY": req.study or "",
+        "CAIRN_NATS_URL": worker_nats_url(site_cfg, launcher_url),
+        "CAIRN_STUDY": req.study or "",
         "CAIRN_JOB": req.job, "CAIRN_SITE": site, "CAIRN_ROLE": req.role,
         "CAIRN_RANK": str(req.rank), "CAIRN_ATTEMPT": str(req.attempt),
         "CAIRN_PARAMS": json.dumps(req.params),

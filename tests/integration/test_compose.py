@@ -124,6 +124,9 @@ def store_snippet(project: ComposeProject, backup: Path, snippet: str) -> None:
     wait_healthy(project)
 
 
+# Two image builds, three compose starts and two jobs: past the default 120 s on a busy
+# 2-core machine (the waits inside are each bounded on their own).
+@pytest.mark.timeout(600)
 def test_compose_runs_fedavg_submitted_from_the_host_and_down_leaves_nothing(
         compose: ComposeProject, tmp_path: Path) -> None:
     compose.run("up", "-d", timeout=UP_TIMEOUT_S)

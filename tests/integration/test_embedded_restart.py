@@ -1,6 +1,7 @@
 """`cairn up` looks after its federation: kill -9 of the coordinator, of a site parent and of
 the nats-server while a job runs; `cairn up` stays up, restarts each, the job completes once
-and nothing is launched twice. A second `cairn up` on the same --dir keeps the NATS port."""
+and nothing is launched twice. A second `cairn up` on the same --dir keeps the NATS port; one
+while the first runs (or while what a killed one started still runs) is refused."""
 
 from __future__ import annotations
 
@@ -235,3 +236,74 @@ async def _study_events(ctx: context.Context, job_id: str) -> list[object]:
                 if r.event is not None]
     finally:
         await bus.close()
+
+
+def cairn_cmd(up: Up, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`cairn ARGS` with `up`'s context file, as the operator's second terminal runs it."""
+    env = {**os.environ, "CAIRN_CONTEXT": str(up.ctx)}
+    env.pop("CAIRN_NATS_URL", None)
+    return subprocess.run([sys.executable, "-m", "cairn", *args], env=env, text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+def _files_of(dir_: Path) -> dict[str, bytes]:
+    """What a second `cairn up` must not touch: config, port, context and lock files."""
+    return {rel: (dir_ / rel).read_bytes()
+            for rel in ("trust/server/nats.conf", "nats/port", "up.lock", "federation.yaml")}
+
+
+async def test_a_second_cairn_up_in_the_same_dir_is_refused_and_touches_nothing(
+        up: Up) -> None:
+    ctx = await wait_context(up)
+    before, nats_before, context_before = _files_of(up.dir), nats_pid(up.dir), up.ctx.read_bytes()
+    for args in (("up", "--dir", str(up.dir), "--check"), ("up", "--dir", str(up.dir))):
+        refused = cairn_cmd(up, *args)
+        assert refused.returncode == 6, (args, refused.stderr)
+        assert f"cairn up already runs in {up.dir} (pid {up.proc.pid}, NATS {ctx.nats_url})" \
+            in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert _files_of(up.dir) == before, "nothing of the first federation was rewritten"
+    assert up.ctx.read_bytes() == context_before
+    assert nats_pid(up.dir) == nats_before, "no second nats-server on the same store"
+
+    # Even a config rewritten under it (as a second `cairn up` of an older release did) does
+    # not move the first federation's nats-server when it restarts: same port, and a log
+    # line that says so.
+    conf = up.dir / "trust" / "server" / "nats.conf"
+    port = ctx.nats_url.rsplit(":", 1)[1]
+    conf.write_text(conf.read_text().replace(f":{port}", ":1"))
+    os.kill(nats_before, signal.SIGKILL)
+    await up.wait_for(rf"^nats-server exited with -9; restarting it on port {port} ", 60)
+    await up.wait_for(r"^nats-server restarted on " + re.escape(ctx.nats_url) + " ", 60)
+    listed = cairn_cmd(up, "site", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert "did not come back" not in up.err()
+
+
+async def test_what_a_killed_cairn_up_left_running_blocks_the_next_until_cairn_down(
+        up: Up) -> None:
+    from cairn.runtime.dirlock import read_holder, stop_leftovers
+
+    ctx = await wait_context(up)
+    server = nats_pid(up.dir)
+    up.proc.kill()  # `cairn up` alone: what it started runs on, each in its own session
+    up.proc.wait(10)
+    holder = read_holder(up.dir)
+    assert holder is not None
+    try:
+        refused = cairn_cmd(up, "up", "--dir", str(up.dir), "--check")
+        assert refused.returncode == 6, refused.stderr
+        assert f"nats-server pid {server}" in refused.stderr, refused.stderr
+        assert ctx.nats_url in refused.stderr
+        assert nats_pid(up.dir) == server
+
+        down = cairn_cmd(up, "down", "--dir", str(up.dir))
+        assert down.returncode == 0, down.stderr
+        assert f"nats-server (pid {server})" in down.stdout
+        assert holder.leftovers() == []
+        again = cairn_cmd(up, "up", "--dir", str(up.dir), "--check", "--timeout", "120",
+                          timeout=180)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.startswith("healthy: ")
+    finally:
+        stop_leftovers(holder.leftovers())

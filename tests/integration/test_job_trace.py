@@ -124,6 +124,18 @@ async def test_a_two_site_job_is_one_trace(tmp_path: Path) -> None:
                if s.attributes.get("cairn.job") != job_id or s.attributes.get("cairn.study")
                != "demo" or s.attributes.get("cairn.role") != "client"]
     assert len(of_workers) > 2 and not unnamed, unnamed
+    # Span names are the same for every job (OpenTelemetry's messaging conventions: the
+    # operation and the subject's template); the ids are attributes.
+    named = [s.name for s in spans if job_id in s.name or "site-a" in s.name
+             or "demo" in s.name]
+    assert not named, named
+    for span in in_trace:
+        if span.kind in ("PRODUCER", "CONSUMER"):
+            template = span.attributes["messaging.destination.template"]
+            operation = "publish" if span.kind == "PRODUCER" else "process"
+            assert span.name == f"{operation} {template}", span
+            assert span.attributes["messaging.destination.name"] != template
+    assert by(in_trace, name="publish cairn.study.{study}.job.{job}.worker.{site}.{role}.progress")
     # The request that began the job, as the coordinator answered it: the verb, who asked,
     # and the job it made.
     [request] = by(in_trace, kind="CONSUMER", **{"cairn.request": "submit"})

@@ -265,3 +265,48 @@ def test_against_an_unknown_revision_is_exit_2(baseline: Path, tmp_path: Path) -
     result = run_against(committed(tmp_path, baseline), "no-such-tag")
     assert result.returncode == 2
     assert "no-such-tag" in result.stdout and "Traceback" not in result.stderr
+
+
+RELEASE_BASELINE = SCHEMAS / "baseline"
+
+
+def test_the_code_is_compatible_with_the_last_release() -> None:
+    result = run_against(REPO, str(RELEASE_BASELINE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"compatible with {RELEASE_BASELINE}/")
+
+
+def test_the_release_baseline_holds_every_kind_of_contract() -> None:
+    files = {p.relative_to(RELEASE_BASELINE).as_posix() for p in RELEASE_BASELINE.rglob("*.json")}
+    assert "events/job.submitted.json" in files and "index.json" in files
+    assert any(f.startswith("api/") for f in files) and "data/envelope.json" in files
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_breaking_change_fails_against_the_release_even_with_schemas_reexported(
+        tmp_path: Path, case: str) -> None:
+    # The release had what the doctored copy has; the code (and the re-exported schemas/,
+    # which are current) does not: the freshness check passes, the release check does not.
+    release = tmp_path / "release"
+    shutil.copytree(RELEASE_BASELINE, release)
+    doctor, expected = CASES[case]
+    doctor(release)
+    assert run_check(SCHEMAS).returncode == 0, "schemas/ is current: re-exported"
+    result = run_against(REPO, str(release))
+    assert result.returncode == 1, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines and all(line.startswith("INCOMPATIBLE ") for line in lines), result.stdout
+    assert any(expected in line for line in lines), result.stdout
+
+
+def test_a_release_baseline_that_cannot_be_read_is_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_against(REPO, str(empty))
+    assert result.returncode == 2 and "holds no events" in result.stdout, result.stdout
+    broken = tmp_path / "broken"
+    shutil.copytree(RELEASE_BASELINE, broken)
+    (broken / "events" / f"{TAG}.json").write_text('{"$ref": "#/$defs/Nope"')
+    result = run_against(REPO, str(broken))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr

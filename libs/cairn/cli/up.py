@@ -13,6 +13,7 @@ import click
 
 from cairn.errors import CairnError, NotFound
 from cairn.runtime import context
+from cairn.runtime.dirlock import read_holder, stop_leftovers
 from cairn.runtime.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
 from cairn.runtime.secure import INSECURE_WARNING
 from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
@@ -27,6 +28,9 @@ A parent or the nats-server that dies is restarted, with backoff and a line sayi
 an existing --dir keeps the NATS port it had (docs/operate-embedded.md).
 With --check it starts, waits until every service is healthy, prints how long that took,
 stops, and exits 0.
+
+One per --dir: another `cairn up` there (--check too) is refused at once with exit 6, naming
+the running one's pid and NATS URL, and changes nothing of it.
 
 Secure by default: TLS, a throwaway PKI and one credential per participant under
 DIR/trust (kits in DIR/trust/kits), and the authority deciding what each may do at the
@@ -112,25 +116,54 @@ def _clear_context(fed: EmbeddedFederation) -> None:
         path.unlink(missing_ok=True)
 
 
-@click.command(help="Stop the embedded federation that `cairn up` started (from the context "
-                    "file).")
+@click.command(help="""Stop the embedded federation that `cairn up` started: the one the context
+file names (.cairn/context.yaml or $CAIRN_CONTEXT), or the one in --dir.
+
+If that `cairn up` is gone (killed with -9) but what it started still runs (the nats-server,
+the parents), those are stopped instead; a new `cairn up` in that directory refuses to start
+until they are.""")
+@click.option("--dir", "dir_", type=click.Path(path_type=Path), default=None,
+              help="The federation's --dir (default: the context file's).")
 @click.option("--timeout", type=float, default=20.0, show_default=True)
-def down(timeout: float) -> None:
+def down(dir_: Path | None, timeout: float) -> None:
     path = context.context_path()
-    ctx = context.load(path, required=False) if path.exists() else None
-    if ctx is None or ctx.up_pid is None:
-        raise NotFound(f"no running federation recorded in {path}")
+    up_pid: int | None = None
+    if dir_ is None:
+        ctx = context.load(path, required=False) if path.exists() else None
+        if ctx is None or ctx.up_pid is None:
+            raise NotFound(f"no running federation recorded in {path} (--dir names one)")
+        up_pid, dir_ = ctx.up_pid, Path(ctx.dir) if ctx.dir else None
+    holder = read_holder(dir_) if dir_ is not None else None
+    if holder is not None and holder.running():
+        up_pid = holder.pid
+    elif holder is not None and (left := holder.leftovers()):
+        stop_leftovers(left, timeout)
+        click.echo("stopped what an earlier cairn up left running: "
+                   + ", ".join(f"{s.name} (pid {s.pid})" for s in left))
+        _forget_context(path, holder.pid)
+        return
+    elif holder is not None or up_pid is None:
+        _forget_context(path, up_pid)
+        raise NotFound(f"no cairn up runs in {dir_}")
+    assert up_pid is not None
     try:
-        os.kill(ctx.up_pid, signal.SIGTERM)
+        os.kill(up_pid, signal.SIGTERM)
     except ProcessLookupError:
-        path.unlink(missing_ok=True)
-        raise NotFound(f"cairn up (pid {ctx.up_pid}) is not running; removed {path}") from None
+        _forget_context(path, up_pid)
+        raise NotFound(f"cairn up (pid {up_pid}) is not running; removed {path}") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            os.kill(ctx.up_pid, 0)
+            os.kill(up_pid, 0)
         except ProcessLookupError:
             click.echo("federation stopped")
             return
         time.sleep(0.1)
-    raise CairnError(f"cairn up (pid {ctx.up_pid}) did not stop within {timeout:g}s")
+    raise CairnError(f"cairn up (pid {up_pid}) did not stop within {timeout:g}s")
+
+
+def _forget_context(path: Path, up_pid: int | None) -> None:
+    """Remove the context file if it names the `cairn up` that is gone."""
+    ctx = context.load(path, required=False) if path.exists() else None
+    if ctx is not None and up_pid is not None and ctx.up_pid == up_pid:
+        path.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ import yaml
 from cairn import subjects
 from cairn.errors import Timeout, Unavailable
 from cairn.runtime import context, secure
+from cairn.runtime.dirlock import DirLock, Started, started
 from cairn.runtime.forked import ForkedProcess, fork_service, preload
 from cairn.runtime.natsserver import NatsServer
 from cairn.runtime.secure import Trust
@@ -64,6 +65,7 @@ class EmbeddedFederation:
     only for `cairn up --insecure`."""
     trust: Trust | None = None
     _fork: bool = field(default=False, repr=False)
+    _lock: DirLock | None = field(default=None, repr=False)
 
     @property
     def hub(self) -> str:
@@ -150,7 +152,20 @@ class EmbeddedFederation:
     def start(self, *, fork: bool = False) -> None:
         """Start nats-server and the parents. `fork=True` forks them from this process
         after importing them once (see `cairn.runtime.forked`: only without a running event
-        loop)."""
+        loop).
+
+        Raises:
+            Conflict: another federation runs in `dir` (see `cairn.runtime.dirlock`); nothing
+                there was touched.
+        """
+        self._lock = DirLock.acquire(self.dir)
+        try:
+            self._start(fork)
+        except BaseException:
+            self.stop()  # a start that failed half way leaves nothing running, nor the lock
+            raise
+
+    def _start(self, fork: bool) -> None:
         self._fork = fork
         if fork:
             preload(("coordinator", "validator", "signer", *SITE_SERVICES))
@@ -159,6 +174,7 @@ class EmbeddedFederation:
             self.write_files(f"tls://{self.nats.host}:{self.nats.port}")
             self.trust = secure.prepare(self.nats, self.federation_file, self.dir / "trust")
         self.nats.start()
+        self.record()
         url = self.nats.url
         self.write_files(url)
         logs = self.dir / "logs"
@@ -181,6 +197,24 @@ class EmbeddedFederation:
         for site in self.sites[1:]:
             self._spawn(f"site-{site}", site, SITE_SERVICES,
                         ["--site-config", str(self.site_config(site)), *options])
+        self.record()
+
+    def record(self) -> None:
+        """Write down in the directory's lock what runs now (after a start or a restart), so
+        that what outlives this process is known to the next `cairn up` and `cairn down`."""
+        if self._lock is None:
+            return
+        running: list[Started] = []
+        if self.nats is not None and self.nats.proc is not None:
+            running.append(started("nats-server", self.nats.proc.pid))
+        running += [started(p.name, p.proc.pid) for p in self.processes]
+        self._lock.record(running, url=self.nats.url if self.nats else None)
+
+    def restart_nats(self) -> None:
+        """Start the nats-server again on the same ports, config and store."""
+        assert self.nats is not None
+        self.nats.restart()
+        self.record()
 
     def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str]) -> None:
         assert self.nats is not None
@@ -232,6 +266,7 @@ class EmbeddedFederation:
                                     stdin=subprocess.DEVNULL, env=self._env(),
                                     start_new_session=True)
         self.processes.append(Process(p.name, p.site, p.services, proc, p.log))
+        self.record()
 
     def expected(self) -> list[tuple[str, str]]:
         return [(svc, p.site) for p in self.processes for svc in p.services]
@@ -324,3 +359,6 @@ class EmbeddedFederation:
         if self.nats is not None:
             self.nats.stop()
             self.nats = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

@@ -3,6 +3,7 @@ and tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -52,6 +53,9 @@ class NatsServer:
         self.config_file = Path(config_file) if config_file else None
         """A config (`cairn.trust.natsconfig`: TLS, auth callout) that must name this
         server's host, port and monitor port; set before `start`."""
+        self._config_text: bytes | None = None
+        """The config as it was at the first start: a restart runs the same server again even
+        if someone rewrote the file since."""
 
     @property
     def url(self) -> str:
@@ -67,6 +71,7 @@ class NatsServer:
         cmd = [find_nats_server(), "-a", self.host, "-p", str(self.port), "-m",
                str(self.monitor_port), "-js", "-sd", str(self.store_dir)]
         if self.config_file is not None:
+            self._keep_config()
             cmd = [find_nats_server(), "-c", str(self.config_file)]
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
         try:
@@ -74,11 +79,32 @@ class NatsServer:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()  # not ready, or not where it should be: nothing half-started stays
+            raise
         return self
 
+    def _keep_config(self) -> None:
+        assert self.config_file is not None
+        if self._config_text is None:
+            self._config_text = self.config_file.read_bytes()
+            return
+        try:
+            current = self.config_file.read_bytes()
+        except OSError:
+            current = None
+        if current != self._config_text:
+            self.config_file.write_bytes(self._config_text)
+
     def wait_ready(self, timeout: float = 15.0) -> None:
-        """Wait until /healthz answers 200 (it waits for JetStream recovery)."""
+        """Wait until /healthz answers 200 (it waits for JetStream recovery), then check
+        that the server listens where this object says it does.
+
+        Raises:
+            Unavailable: it exited, is not healthy in time, or serves on another port.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
@@ -87,11 +113,20 @@ class NatsServer:
             try:
                 with urllib.request.urlopen(self.monitor_url + "/healthz", timeout=0.5) as r:
                     if r.status == 200:
+                        self._check_port()
                         return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.01)
         raise Unavailable(f"nats-server not healthy after {timeout:g}s; see {self.log_file}")
+
+    def _check_port(self) -> None:
+        with urllib.request.urlopen(self.monitor_url + "/varz", timeout=2.0) as r:
+            varz = json.loads(r.read())
+        port = varz.get("port") if isinstance(varz, dict) else None
+        if port != self.port:
+            raise Unavailable(f"nats-server serves on port {port}, not {self.port}: its config "
+                              f"{self.config_file} names another port; see {self.log_file}")
 
     def stop(self, timeout: float = 10.0) -> None:
         proc = self.proc

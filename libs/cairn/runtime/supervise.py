@@ -120,7 +120,7 @@ class Supervisor:
         if self.clock() < watch.due_at:
             return
         try:
-            nats.restart()
+            self.fed.restart_nats()
         except CairnError as exc:
             watch.restarts_in_a_row += 1
             watch.due_at = self.clock() + self._delay(watch)

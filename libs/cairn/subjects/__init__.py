@@ -50,7 +50,7 @@ from cairn.subjects._builders import (
     validation_all,
     validation_any,
 )
-from cairn.subjects._of import misplaced, subject_of
+from cairn.subjects._of import misplaced, subject_of, template
 from cairn.subjects._streams import (
     DEADLETTER_STREAM,
     EVIDENCE_STREAM,
@@ -87,5 +87,5 @@ __all__ = [
     "site_event", "site_event_any", "site_job_events", "site_launch", "site_launch_all",
     "site_logs", "site_snapshot_request", "site_stream", "site_studies", "site_studies_all",
     "study_admin", "study_admin_all", "study_all", "study_jobs", "study_of_stream",
-    "study_stream", "subject_of", "validation", "validation_all", "validation_any",
+    "study_stream", "subject_of", "template", "validation", "validation_all", "validation_any",
 ]

@@ -76,3 +76,56 @@ def _own_launch_id(event: Event) -> str | None:
             and isinstance(rank, int) and isinstance(attempt, int)):
         return None
     return make_launch_id(job, site, role, rank, attempt)
+
+
+# -- templates: a subject with its names as placeholders -----------------------------------
+
+@cache
+def _known_verbs() -> frozenset[str]:
+    """Every verb a Cairn subject ends in: the table's, and every request's."""
+    from typing import get_args
+
+    from cairn.api.requests import Request
+    from cairn.subjects.table import SUBJECTS
+
+    return frozenset({v for row in SUBJECTS for v in row.verbs}
+                     | {str(t.__struct_config__.tag) for t in get_args(Request)}
+                     | {"studies", "logs", "snapshot"})
+
+
+@cache
+def _templates() -> tuple[tuple[list[str], bool], ...]:
+    from cairn.subjects.table import SUBJECTS
+
+    out = []
+    for row in SUBJECTS:
+        if row.kind == "store" or not row.pattern.startswith("cairn."):
+            continue
+        tokens = row.pattern.split(".")
+        rest = tokens[-1] == ">"
+        out.append((tokens[:-1] if rest else tokens, rest))
+    return tuple(out)
+
+
+def template(subject: str) -> str | None:
+    """The subject with its names replaced by placeholders, e.g.
+    `cairn.study.{study}.job.{job}.submitted`: what stays the same from one job, site or study
+    to the next (a span's name, a metric's label). A verb Cairn does not use becomes `{verb}`,
+    so a subject a stranger made up names nothing; None for a subject that is not Cairn's."""
+    tokens = subject.split(".")
+    for pattern, rest in _templates():
+        if len(tokens) < len(pattern) or (not rest and len(tokens) != len(pattern)):
+            continue
+        out = []
+        for want, got in zip(pattern, tokens, strict=False):
+            if want == "{verb}":
+                out.append(got if got in _known_verbs() else "{verb}")
+            elif want.startswith("{"):
+                out.append(want)
+            elif want != got:
+                break
+            else:
+                out.append(got)
+        else:
+            return ".".join(out) + (".>" if rest and len(tokens) > len(pattern) else "")
+    return None
