@@ -352,3 +352,34 @@ def test_clean_leaves_a_folder_cairn_up_did_not_make(tmp_path: Path) -> None:
     code, _, err = cairn("clean", "--dir", str(tmp_path / "mine"))
     assert code == 3 and "left alone" in err and (tmp_path / "mine" / "notes.txt").exists()
     assert cairn("clean", "--dir", str(tmp_path / "absent"))[0] == 4
+
+
+# -- receipts -----------------------------------------------------------------------------
+
+
+def test_a_hub_role_is_not_gated_and_a_gated_dispatch_without_receipt_is_missing() -> None:
+    from datetime import UTC, datetime
+
+    from cairn.events import DeployCommand, JobSubmitted, RecipeRequirement, RoleRequest
+    from cairn.evidence.receipts import receipt_row, receipts_hold, why_ungated
+    from cairn.evidence.trust import TrustList
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    roles = [RoleRequest(name="server", entrypoint="s", placement="hub"),
+             RoleRequest(name="client", entrypoint="c", placement="sites")]
+    gated = JobSubmitted(id="e1", at=at, source="coordinator@hub", job="j-1", name="n",
+                         roles=roles, requires=RecipeRequirement(recipe="cpu-linux-process"))
+    plain = JobSubmitted(id="e2", at=at, source="coordinator@hub", job="j-2", name="n",
+                         roles=roles)
+
+    def row(submitted: JobSubmitted, role: str) -> dict[str, object]:
+        deploy = DeployCommand(id="d", at=at, source="coordinator@hub", job=submitted.job,
+                               site="hub" if role == "server" else "site-a", role=role,
+                               entrypoint="x")
+        return receipt_row(deploy, {}, TrustList(), ungated=why_ungated(submitted, role))
+
+    server, client = row(gated, "server"), row(gated, "client")
+    assert server["status"] == "not-gated" and "hub" in str(server["detail"])
+    assert client["status"] == "missing" and client["gated"] is True
+    assert receipts_hold([server]) and not receipts_hold([server, client])
+    assert {row(plain, r)["status"] for r in ("server", "client")} == {"not-gated"}
