@@ -64,7 +64,7 @@ def list_(output: str) -> None:
         print_table(
             None,
             [Column("seq", keep=True), Column("at"), Column("stream"),
-             Column("subject", keep=True), Column("consumer"), Column("deliveries"),
+             Column("subject", keep=True), Column("consumer", keep=True), Column("deliveries"),
              Column("error", wrap=True)],
             [
                 (
