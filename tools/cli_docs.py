@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from cairn.cli.main import cli
+from cairn.errors import EXIT_CODES
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = REPO / "docs" / "cli.md"
@@ -25,6 +26,39 @@ Generated from the commands by `tools/cli_docs.py` (`make cli-docs`): do not edi
 point a session at a federation, the output formats and the exit codes are in
 [cli-guide.md](cli-guide.md).
 """
+
+
+CONVENTIONS = (
+    ("`-o`, `--output table\\|json\\|yaml`", "always the output format; `table` for people, "
+     "`json`/`yaml` stable fields for programs. Anything else (`-o out/`) is a usage error, "
+     "exit 2"),
+    ("`--out DIR\\|FILE`", "where a command writes files (`bundle`, `provision`, `validate`, "
+     "`snapshot`, `job fetch`)"),
+    ("`--study`", "every command that works in a study defaults it to `$CAIRN_STUDY`, else "
+     "the context file's `study`"),
+    ("ids and names", "a job id (`JOB`, `--job`) or a recipe name (`NAME`, `--recipe` of "
+     "`bundle`) may be any unique prefix, git-style; a job id also without its `j-`. An exact "
+     "match wins; a prefix that matches several is an error listing them (exit 3)"),
+    ("tables", "never cut an id or a name: other columns wrap, or are left out (the caption "
+     "says which) when the terminal, or `$COLUMNS` on a pipe (else 80), is too narrow; "
+     "`--wide` shows every column at full width"),
+    ("values", "results and other free-form values print as YAML in the table view"),
+    ("criteria", "every `cairn recipe` command takes `--service --accelerator --os --intent "
+     "--platform --scheduler --nodes` and `--criteria FILE`"),
+    ("errors", "one line on stderr, `error: [file:line: ][field: ]message`; never a "
+     "traceback"),
+)
+
+
+def conventions() -> str:
+    """The conventions and the exit codes, from `CONVENTIONS` and `cairn.errors.EXIT_CODES`."""
+    rows = "\n".join(f"| {what} | {meaning} |" for what, meaning in CONVENTIONS)
+    codes = "\n".join(f"| {code} | {_escape(meaning)} | {f'`{cls}`' if cls else ''} |"
+                      for code, meaning, cls in EXIT_CODES)
+    return ("\n## Conventions\n\nThe same on every command.\n\n| convention | what |\n"
+            f"|---|---|\n{rows}\n\n### Exit codes\n\nOne meaning per code, on every "
+            f"command (`cairn.errors.EXIT_CODES`):\n\n| code | meaning | error |\n|---|---|---|"
+            f"\n{codes}\n")
 
 
 def _escape(text: str) -> str:
@@ -84,7 +118,7 @@ def _section(cmd: click.Command, path: list[str], ctx: click.Context, out: list[
 
 def render() -> str:
     ctx = click.Context(cli, info_name="cairn")
-    out = [HEADER]
+    out = [HEADER, conventions()]
     top = cli.list_commands(ctx)
     out.append("\n| command | what it does |\n|---|---|\n" + "\n".join(
         f"| [`cairn {n}`](#cairn-{n}) | {_escape(c.get_short_help_str(90))} |"

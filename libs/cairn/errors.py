@@ -7,10 +7,13 @@
     ├── PermissionDenied        exit 5   403
     ├── Conflict                exit 6   409  (rejected: the request clashes with state)
     ├── Unavailable             exit 7   503  (bus or service cannot be reached)
-    └── Timeout                 exit 8   504
+    ├── Timeout                 exit 8   504
+    └── Unverified              exit 9   422  (a signature, digest or receipt does not verify)
 
 Exit code 2 is a usage error (bad flags), exit 1 a failure of the thing asked for
-(a job that failed, a validation that did not pass).
+(a job that failed, a validation that did not pass, evidence that verifies and records a
+failed validation). `EXIT_CODES` is the table every reference is derived from (`cairn
+--help`, docs/cli.md).
 """
 
 from __future__ import annotations
@@ -90,10 +93,46 @@ class Timeout(CairnError):
     code = "timeout"
 
 
+class Unverified(CairnError):
+    """Evidence, a bundle, a receipt or a credential that does not verify: forged, tampered,
+    signed by an untrusted or revoked key, or missing where it is required. Distinct from a
+    valid record of a failure (exit 1) and from input that cannot be read at all (exit 3)."""
+
+    exit_code = 9
+    http_status = 422
+    code = "unverified"
+
+
+USAGE_EXIT = 2
+"""click's code for a usage error: an unknown option, a missing argument, a bad choice."""
+INTERRUPTED_EXIT = 130
+
+EXIT_CODES: tuple[tuple[int, str, str], ...] = (
+    (0, "ok", ""),
+    (1, "what was asked for failed: a job failed, was aborted or unschedulable; a validation "
+        "did not pass; valid evidence records a failed validation; `diff` or `recipe lint` "
+        "found something", "CairnError"),
+    (USAGE_EXIT, "usage error: unknown option, missing argument, bad choice (e.g. `-o DIR` "
+                 "where `-o` is the output format)", "click"),
+    (3, "invalid input: a file, spec, field or name is wrong (the message names file, line "
+        "and field), or an id prefix matches several", "InvalidInput, InvalidName"),
+    (4, "not found: study, job, site, recipe, bundle, dead letter", "NotFound"),
+    (5, "permission denied: the signer's role does not allow it", "PermissionDenied"),
+    (6, "conflict or rejected: the request clashes with state (exists, running)", "Conflict"),
+    (7, "the bus or a service is unavailable: no federation, nothing answers", "Unavailable"),
+    (8, "timed out", "Timeout"),
+    (9, "does not verify: a forged or tampered bundle, a bad signature, an untrusted or "
+        "revoked signer, a missing or invalid receipt", "Unverified"),
+    (INTERRUPTED_EXIT, "interrupted (Ctrl-C)", ""),
+)
+"""(exit code, what it means, the error type that carries it): one meaning per code, the
+same on every command."""
+
+
 _BY_CODE: dict[str, type[CairnError]] = {
     cls.code: cls
     for cls in (CairnError, InvalidInput, InvalidName, NotFound, PermissionDenied, Conflict,
-                Unavailable, Timeout)
+                Unavailable, Timeout, Unverified)
 }
 
 

@@ -36,6 +36,7 @@ from cairn.events import (
 )
 from cairn.evidence.eligibility import Eligibility, EvidenceSlot, judge
 from cairn.evidence.keys import SigningKey, load_signing_key
+from cairn.evidence.receipts import role_gated
 from cairn.evidence.status import verified
 from cairn.evidence.trust import TrustList, load_trust
 from cairn.evidence.vsa import build_receipt
@@ -65,9 +66,9 @@ class EvidenceView:
 
 
 def gated(job: JobState, role: RoleRequest) -> bool:
-    """Whether a role's sites must hold evidence: a job that requires a recipe, for every role
-    placed on sites (the hub is the federation's own)."""
-    return job.spec.requires is not None and role.placement != "hub"
+    """Whether a role's sites must hold evidence (`cairn.evidence.receipts.role_gated`: the
+    rule `cairn evidence receipts` reads dispatches with)."""
+    return role_gated(job.spec.requires, role)
 
 
 def refusal(job: JobState, site: str, view: EvidenceView | None, now: datetime) -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn import api, subjects
-from cairn.errors import InvalidInput, NotFound, Unavailable
+from cairn.errors import InvalidInput, NotFound, Unavailable, Unverified
 from cairn.events import FEDERATION_DECODER, ValidationCompleted
 from cairn.evidence.bundle import build_bundle, unpack
 from cairn.evidence.keys import SigningKey, create_key_files, key_paths, load_signing_key
@@ -128,7 +128,8 @@ class SignerService:
         result = verify_bundle(files, self.trust, now=datetime.now(UTC))
         broken = [c for c in result.failed() if c.name in INTEGRITY_CHECKS]
         if broken:
-            raise InvalidInput("; ".join(f"{c.name}: {c.reason}: {c.message}" for c in broken),
+            # Tampered or forged, not unreadable: the same code `cairn evidence verify` exits with.
+            raise Unverified("; ".join(f"{c.name}: {c.reason}: {c.message}" for c in broken),
                                file="submitted bundle")
         recorded = await publish_bundle(self.rt.bus, files, source=self.source,
                                         origin="submitted")

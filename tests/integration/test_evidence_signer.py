@@ -127,7 +127,7 @@ async def test_a_submitted_bundle_is_stored_but_counts_only_when_trusted(
     broken = {**files, "extra.txt": b"hello"}
     bundles.write_dir(broken, tmp_path / "broken")
     code, _, err = await cairn(fed, "evidence", "submit", str(tmp_path / "broken"))
-    assert code == 3 and "unlisted-file" in err
+    assert code == 9 and "unlisted-file" in err  # tampered: does not verify
 
 
 async def test_garbage_submissions_are_refused_and_the_signer_keeps_running(

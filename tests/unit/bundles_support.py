@@ -31,7 +31,7 @@ def render(capsys: pytest.CaptureFixture[str], out: Path, recipe: str, deployer:
            *extra: str, catalog: Path = RECIPES) -> Path:
     """`cairn bundle --recipe RECIPE --deployer DEPLOYER -o OUT`, which must succeed."""
     code, stdout, stderr = cairn(
-        capsys, "bundle", "--recipe", recipe, "--deployer", deployer, "-o", str(out),
+        capsys, "bundle", "--recipe", recipe, "--deployer", deployer, "--out", str(out),
         "--catalog", str(catalog), "--repo-url", REPO_URL, "--repo-path", "clusters/gpu",
         *extra)
     assert code == 0, (stdout, stderr)

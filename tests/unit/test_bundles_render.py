@@ -41,7 +41,7 @@ def test_bundles_do_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None:
         out = tmp_path / f"seed-{seed}"
         done = subprocess.run(
             [sys.executable, "-m", "cairn", "bundle", "--recipe", INFERENCE, "--deployer",
-             "argocd", "--repo-url", "https://git.example.com/x.git", "-o", str(out)],
+             "argocd", "--repo-url", "https://git.example.com/x.git", "--out", str(out)],
             env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
             timeout=120, check=False)
         assert done.returncode == 0, done.stderr
@@ -215,20 +215,20 @@ def test_bad_input_is_one_message_and_exit_3(capsys: pytest.CaptureFixture[str],
                                              tmp_path: Path) -> None:
     bad = tmp_path / "site.yaml"
     bad.write_text("gpu-operator:\n  cdi: {}\ngpu-operater:\n  x: 1\n")
-    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "-o", str(tmp_path / "o"),
+    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--out", str(tmp_path / "o"),
                          "--values", str(bad))
     assert code == 3
     assert f"{bad}:3: gpu-operater: no component 'gpu-operater'" in err
     assert "Traceback" not in err and not (tmp_path / "o").exists()
-    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "-o", str(tmp_path / "o"),
+    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--out", str(tmp_path / "o"),
                          "--set", "gpu-operator=1")
     assert code == 3 and "--set: expected COMPONENT.key.path=VALUE" in err
-    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "-o", str(tmp_path / "o"),
+    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--out", str(tmp_path / "o"),
                          "--deployer", "argocd")
     assert code == 3 and "--repo-url" in err
-    code, _, err = cairn(capsys, "bundle", "--recipe", "no-such", "-o", str(tmp_path / "o"))
+    code, _, err = cairn(capsys, "bundle", "--recipe", "no-such", "--out", str(tmp_path / "o"))
     assert code == 4
-    code, _, err = cairn(capsys, "bundle", "--recipe", "cpu-slurm", "-o", str(tmp_path / "o"))
+    code, _, err = cairn(capsys, "bundle", "--recipe", "cpu-slurm", "--out", str(tmp_path / "o"))
     assert code == 3 and "deploys no components" in err
     assert not (tmp_path / "o").exists()
 
@@ -238,9 +238,9 @@ def test_an_existing_directory_is_not_overwritten(capsys: pytest.CaptureFixture[
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "-o", str(other))
+    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--out", str(other))
     assert code == 6 and "--force" in err
-    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "-o", str(other), "--force")
+    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--out", str(other), "--force")
     assert code == 6 and (other / "keep.txt").read_text() == "mine"
     root = render(capsys, tmp_path / "b", TRAINING, "helm")
     render(capsys, root, INFERENCE, "flux", "--force")

@@ -45,11 +45,11 @@ def test_another_key_or_no_signature_fails(capsys: pytest.CaptureFixture[str], t
                                            keys: dict[str, Path]) -> None:
     signed = render(capsys, tmp_path / "s", TRAINING, "helm", "--sign", str(keys["key"]))
     code, report = verify(capsys, signed, keys["other"])
-    assert code == 1
+    assert code == 9
     assert report["attestation_problems"] == ["no signature verifies with the key(s) given"]
     unsigned = render(capsys, tmp_path / "u", TRAINING, "helm")
     code, report = verify(capsys, unsigned, keys["pub"])
-    assert code == 1 and report["attestation_problems"] == ["the bundle is not signed"]
+    assert code == 9 and report["attestation_problems"] == ["the bundle is not signed"]
 
 
 def test_rewriting_checksums_txt_does_not_hide_a_change_from_the_signature(
@@ -64,7 +64,7 @@ def test_rewriting_checksums_txt_does_not_hide_a_change_from_the_signature(
         f"{new_digest}  gpu-operator/values.yaml\n" if line.endswith("gpu-operator/values.yaml")
         else line + "\n" for line in sums.read_text().splitlines()))
     code, report = verify(capsys, root, keys["pub"])
-    assert code == 1 and report["changed"] == []
+    assert code == 9 and report["changed"] == []
     assert report["attestation_problems"] == [
         "checksums.txt: differs from the statement",
         "gpu-operator/values.yaml: differs from the statement"]
@@ -75,7 +75,7 @@ def test_a_garbage_attestation_fails_verification(capsys: pytest.CaptureFixture[
     root = render(capsys, tmp_path / "b", TRAINING, "helm")
     (root / "attestation.dsse.json").write_text("{}")
     code, report = verify(capsys, root)
-    assert code == 1 and report["ok"] is False
+    assert code == 9 and report["ok"] is False
     assert str(report["attestation_problems"]).startswith("['attestation.dsse.json: not a DSSE")
 
 
@@ -83,6 +83,6 @@ def test_a_private_key_others_can_read_is_refused(capsys: pytest.CaptureFixture[
                                                   tmp_path: Path,
                                                   keys: dict[str, Path]) -> None:
     keys["key"].chmod(0o644)
-    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "-o", str(tmp_path / "b"),
+    code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--out", str(tmp_path / "b"),
                          "--sign", str(keys["key"]))
     assert code == 5 and "chmod 600" in err and not (tmp_path / "b").exists()

@@ -32,7 +32,7 @@ def test_a_fresh_bundle_verifies(capsys: pytest.CaptureFixture[str], bundle: Pat
 def test_an_added_file_is_named(capsys: pytest.CaptureFixture[str], bundle: Path) -> None:
     (bundle / "releases" / "extra.yaml").write_text("kind: ConfigMap\n")
     code, report = verify(capsys, bundle)
-    assert code == 1
+    assert code == 9
     assert (report["added"], report["removed"], report["changed"]) == (
         ["releases/extra.yaml"], [], [])
 
@@ -40,7 +40,7 @@ def test_an_added_file_is_named(capsys: pytest.CaptureFixture[str], bundle: Path
 def test_a_removed_file_is_named(capsys: pytest.CaptureFixture[str], bundle: Path) -> None:
     (bundle / "releases" / "gpu-operator.yaml").unlink()
     code, report = verify(capsys, bundle)
-    assert code == 1 and report["removed"] == ["releases/gpu-operator.yaml"]
+    assert code == 9 and report["removed"] == ["releases/gpu-operator.yaml"]
 
 
 def test_a_changed_file_is_named_in_the_text_output(capsys: pytest.CaptureFixture[str],
@@ -48,7 +48,7 @@ def test_a_changed_file_is_named_in_the_text_output(capsys: pytest.CaptureFixtur
     target = bundle / "releases" / "gpu-operator.yaml"
     target.write_text(target.read_text().replace("v26.7.0", "v26.7.1"))
     code, out, _ = cairn(capsys, "bundle", "verify", str(bundle))
-    assert code == 1
+    assert code == 9
     assert "changed: releases/gpu-operator.yaml" in out and "FAILED" in out
 
 
@@ -60,7 +60,7 @@ def test_a_link_in_place_of_a_file_is_a_change(capsys: pytest.CaptureFixture[str
     target.unlink()
     target.symlink_to(copy)
     code, report = verify(capsys, bundle)
-    assert code == 1 and report["changed"] == ["README.md"]
+    assert code == 9 and report["changed"] == ["README.md"]
 
 
 def test_editing_checksums_txt_to_hide_a_change_still_fails(
@@ -70,7 +70,7 @@ def test_editing_checksums_txt_to_hide_a_change_still_fails(
              if not line.endswith("  README.md")]
     sums.write_text("\n".join(lines) + "\n")
     code, report = verify(capsys, bundle)
-    assert code == 1 and report["added"] == ["README.md"]
+    assert code == 9 and report["added"] == ["README.md"]
 
 
 def test_not_a_bundle_and_a_malformed_inventory(capsys: pytest.CaptureFixture[str],

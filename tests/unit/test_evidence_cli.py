@@ -75,7 +75,7 @@ def test_verify_a_directory_and_a_tarball_with_exit_codes(tmp_path: Path) -> Non
     bundles.write_dir(swapped, tmp_path / "swapped")
     code, out, _ = cairn("evidence", "verify", str(tmp_path / "swapped"), "--trust",
                          str(trust), "-o", "json")
-    assert code == 2
+    assert code == 9  # forged: does not verify (a usage error is 2)
     reasons = {c["check"]: c["reason"] for c in json.loads(out)["checks"] if not c["passed"]}
     assert reasons["snapshot"] == "snapshot-mismatch"
 

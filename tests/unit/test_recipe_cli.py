@@ -61,10 +61,11 @@ def test_show_by_criteria_and_explain(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, _ = run(
         capsys,
         "show",
-        "--criteria",
-        "accelerator=cpu",
-        "--criteria",
-        "scheduler=docker",
+        "--accelerator",
+        "cpu",
+        "--scheduler",
+        "docker",
+        "--no-federation",
         "-o",
         "json",
         "--catalog",
@@ -77,8 +78,51 @@ def test_show_by_criteria_and_explain(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_list_table_for_people(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "list", "--criteria", "scheduler=slurm", "--catalog", str(RECIPES))
+    code, out, _ = run(capsys, "list", "--scheduler", "slurm", "--catalog", str(RECIPES))
     assert code == 0 and "slurm-h100" in out and "h100-eks" not in out
+
+
+@pytest.mark.parametrize("command", ["list", "match", "show", "explain", "query", "lint"])
+def test_every_recipe_command_takes_the_same_criteria_flags(
+        capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    for flag in ("--service", "--accelerator", "--os", "--intent", "--platform", "--nodes",
+                 "--criteria FILE"):
+        assert flag in out, (command, flag)
+
+
+def test_a_criteria_file_plain_or_as_aicr_writes_it_and_flags_win(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    aicr = tmp_path / "criteria.yaml"
+    aicr.write_text("kind: RecipeCriteria\napiVersion: aicr.nvidia.com/v1alpha1\n"
+                    "metadata: {name: h100-eks}\nspec:\n  service: eks\n  accelerator: h100\n"
+                    "  os: ubuntu\n  intent: training\n")
+    code, out, _ = run(capsys, "match", "--criteria", str(aicr), "-o", "json",
+                       "--catalog", str(RECIPES))
+    assert code == 0 and json.loads(out)[-1]["name"] == "h100-eks-ubuntu-training"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("service: eks\naccelerator: h100\nos: ubuntu\nintent: training\n")
+    code, out, _ = run(capsys, "show", "--criteria", str(plain), "--platform", "kubeflow",
+                       "--no-federation", "-o", "json", "--catalog", str(RECIPES))
+    assert code == 0 and json.loads(out)["name"] == "h100-eks-ubuntu-training-kubeflow"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("service: eks\ncolour: red\n")
+    code, _, err = run(capsys, "list", "--criteria", str(bad), "--catalog", str(RECIPES))
+    assert code == 3 and f"{bad}:2" in err and "colour" in err and "Traceback" not in err
+
+
+def test_a_recipe_name_may_be_a_unique_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "query", "cpu-dock", "name", "--catalog", str(RECIPES))
+    assert (code, out.strip()) == (0, "cpu-docker")
+    # Both h100-eks-ubuntu-training and its -kubeflow child start with this: both are named.
+    code, _, err = run(capsys, "explain", "h100-eks-ubuntu-tr", "--catalog", str(RECIPES))
+    assert code == 3 and "ambiguous" in err
+    assert "h100-eks-ubuntu-training," in err and "h100-eks-ubuntu-training-kubeflow" in err
+    # An exact name wins over the longer names it is a prefix of.
+    code, out, _ = run(capsys, "query", "h100-eks-ubuntu-training", "name", "--catalog",
+                       str(RECIPES))
+    assert (code, out.strip()) == (0, "h100-eks-ubuntu-training")
 
 
 @pytest.mark.parametrize(
@@ -86,9 +130,7 @@ def test_list_table_for_people(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (("match", "--accelerator", "h900"), 3, "unknown accelerator 'h900'"),
         (("show", "no-such-recipe"), 4, "no recipe named"),
-        (("show",), 3, "give a recipe NAME"),
         (("query", "cpu-docker", "components.nope"), 4, "no value at"),
-        (("list", "--criteria", "colour=red"), 3, "KEY=VALUE"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(
@@ -97,6 +139,20 @@ def test_errors_are_one_line_with_exit_codes(
     got, _, err = run(capsys, *args, "--catalog", str(RECIPES))
     assert got == code
     assert text in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (("show",), "give a recipe NAME or criteria"),
+        (("list", "--criteria", "colour=red"), "--criteria takes a FILE"),
+        (("list", "-o", "out/"), "not an output format"),
+    ],
+)
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
+                             text: str) -> None:
+    got, _, err = run(capsys, *args, "--catalog", str(RECIPES))
+    assert got == 2 and text in err and "Traceback" not in err
 
 
 def test_catalog_from_environment(

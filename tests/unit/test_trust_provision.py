@@ -103,7 +103,7 @@ def test_a_bad_study_name_is_refused_at_provisioning(tmp_path: Path, bad: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "fed.yaml").write_text(FED.replace("  s1:", f"  {json.dumps(bad)}:"))
     with pytest.raises(SystemExit) as exited:
-        main(["provision", str(tmp_path / "fed.yaml"), "-o", str(tmp_path / "out")])
+        main(["provision", str(tmp_path / "fed.yaml"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert exited.value.code == 3, err
     assert "fed.yaml:" in err and "study" in err and "Traceback" not in err

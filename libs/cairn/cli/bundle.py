@@ -28,8 +28,9 @@ from cairn.bundles import (
 from cairn.bundles.attestation import check_attestation
 from cairn.bundles.checksums import inventory
 from cairn.bundles.model import CHECKSUMS_FILE
-from cairn.cli.output import emit, output_option, print_table
-from cairn.errors import NotFound
+from cairn.cli.output import Column, emit, output_option, print_table
+from cairn.cli.recipe import recipe_named
+from cairn.errors import NotFound, Unverified
 from cairn.evidence.keys import load_public_key, load_signing_key
 from cairn.recipes import load_catalog
 from cairn.recipes.catalog import ENV_CATALOG
@@ -37,21 +38,24 @@ from cairn.recipes.catalog import ENV_CATALOG
 _BUNDLE_HELP = """Render a recipe as a deployment bundle, or explain, diff and verify bundles.
 
 \b
-  cairn bundle --recipe h100-eks-ubuntu-training --deployer helm -o out/
-  cairn bundle --recipe R --deployer argocd --repo-url URL --repo-path clusters/a -o out/
+  cairn bundle --recipe h100-eks-ubuntu-training --deployer helm --out out/
+  cairn bundle --recipe R --deployer argocd --repo-url URL --repo-path clusters/a --out out/
 
 Values: the recipe's, then each --values file, then each --set (later wins).
-Exit codes: 0 ok; 1 verify found a difference or a bad signature; 3 invalid
-input; 4 not found; 5 a private key file others can read; 6 the output
-directory exists (use --force to replace a bundle).
+--recipe takes any unique prefix of a recipe's name. --out is the directory;
+-o, as on every command, the output format of what is printed.
+Exit codes: 0 ok; 9 verify found a difference or a bad signature; 2 usage
+error (e.g. -o DIR); 3 invalid input; 4 not found; 5 a private key file others
+can read; 6 the output directory exists (use --force to replace a bundle).
 """
 
 
 @click.group(help=_BUNDLE_HELP, invoke_without_command=True)
-@click.option("--recipe", "recipe_name", metavar="NAME", help="Recipe to render (an overlay).")
+@click.option("--recipe", "recipe_name", metavar="NAME",
+              help="Recipe to render (an overlay; any unique prefix of its name).")
 @click.option("--deployer", type=click.Choice(DEPLOYERS), default="helm", show_default=True,
               help="Tool the bundle is written for.")
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--out", "out", type=click.Path(file_okay=False), metavar="DIR",
               help="Directory to write the bundle to (must not exist, or be empty).")
 @click.option("--values", "overrides", multiple=True, type=click.Path(dir_okay=False),
               metavar="FILE",
@@ -72,33 +76,40 @@ directory exists (use --force to replace a bundle).
               default=None,
               help=f"Recipe catalog directory (default: the repository's recipes/; "
                    f"${ENV_CATALOG}).")
+@output_option(help="Output format of the summary printed (the bundle goes to --out DIR).")
 @click.pass_context
 def bundle(ctx: click.Context, recipe_name: str | None, deployer: str, out: str | None,
            overrides: tuple[str, ...], sets: tuple[str, ...], repo_url: str, repo_path: str,
-           revision: str, sign_key: str | None, force: bool, catalog_dir: str | None) -> None:
+           revision: str, sign_key: str | None, force: bool, catalog_dir: str | None,
+           output: str) -> None:
     if ctx.invoked_subcommand is not None:
         if recipe_name or out:
-            raise click.UsageError("--recipe and -o render a bundle; give them without a "
+            raise click.UsageError("--recipe and --out render a bundle; give them without a "
                                    "subcommand")
         return
     if not recipe_name or not out:
         if not recipe_name and not out:
             click.echo(ctx.get_help())
             return
-        raise click.UsageError("rendering needs both --recipe NAME and -o DIR")
+        raise click.UsageError("rendering needs both --recipe NAME and --out DIR (-o is the "
+                               "output format: table, json or yaml)")
     catalog = load_catalog(Path(catalog_dir) if catalog_dir else None)
+    recipe_name = recipe_named(catalog, recipe_name)
     plan = plan_bundle(catalog, recipe_name, cast(Deployer, deployer), overrides, sets)
     key = load_signing_key(Path(sign_key)) if sign_key else None
     files = render_files(plan, GitTarget(repo_url=repo_url, path=repo_path, revision=revision),
                          sign_with=key)
     write_bundle(files, Path(out), force=force)
-    click.echo(f"wrote {len(files)} files for {len(plan.manifest.components)} components "
-               f"({plan.manifest.recipe}, {deployer}) to {out}")
+    data = {"out": out, "recipe": plan.manifest.recipe, "deployer": deployer,
+            "components": len(plan.manifest.components), "files": sorted(files)}
+    emit(data, output, lambda d: click.echo(
+        f"wrote {len(d['files'])} files for {d['components']} components "
+        f"({d['recipe']}, {deployer}) to {out}"))
 
 
 @bundle.command("verify", help="Check a bundle against its checksums.txt and, when signed, "
                 "its attestation: exit 0 when every file matches and none was added or "
-                "removed, 1 otherwise (naming each file).")
+                "removed, 9 (does not verify) otherwise, naming each file.")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--key", "key_files", multiple=True, type=click.Path(dir_okay=False),
               metavar="PUB",
@@ -132,16 +143,16 @@ def verify_cmd(directory: str, key_files: tuple[str, ...], output: str) -> None:
 
     emit(data, output, show)
     if not ok:
-        raise SystemExit(1)
+        raise Unverified(f"{directory} does not verify: "
+                         + ("attestation: " + "; ".join(signed.problems) if signed.problems
+                            else f"{len(result.added) + len(result.removed) + len(result.changed)}"
+                                 " file(s) differ from checksums.txt"))
 
 
 def _short(value: Any) -> str:
-    """A value for a table cell: flow YAML, cut at 60 characters, rich markup escaped."""
-    from rich.markup import escape
-
-    text = value if isinstance(value, str) else yaml.safe_dump(
+    """A value for a table cell: flow YAML (the cell wraps; -o json has it whole)."""
+    return value if isinstance(value, str) else yaml.safe_dump(
         value, default_flow_style=True, width=4096).strip()
-    return escape(text if len(text) <= 60 else text[:57] + "...")
 
 
 @bundle.command("explain", help="Every value in a bundle with the layer that set it "
@@ -161,7 +172,8 @@ def explain_cmd(directory: str, components: tuple[str, ...], output: str) -> Non
                        field="component")
     emit({"recipe": provenance.recipe, "values": rows}, output, lambda d: print_table(
         f"{d['recipe']}: where each value came from",
-        ["component", "path", "value", "layer", "source"],
+        [Column("component", keep=True), Column("path", keep=True), Column("value", wrap=True),
+         Column("layer"), Column("source", wrap=True)],
         [[r["component"], r["path"], _short(r["value"]), r["layer"], _short(r["source"])]
          for r in d["values"]]))
 

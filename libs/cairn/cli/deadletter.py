@@ -6,7 +6,7 @@ import base64
 
 import click
 
-from cairn.cli.output import emit, output_option, print_table
+from cairn.cli.output import Column, emit, output_option, print_table
 from cairn.cli.session import run
 from cairn.client import Client, DeadLetter
 from cairn.errors import InvalidInput
@@ -63,7 +63,9 @@ def list_(output: str) -> None:
             return
         print_table(
             None,
-            ["seq", "at", "stream", "subject", "consumer", "deliveries", "error"],
+            [Column("seq", keep=True), Column("at"), Column("stream"),
+             Column("subject", keep=True), Column("consumer", keep=True), Column("deliveries"),
+             Column("error", wrap=True)],
             [
                 (
                     r["seq"],
@@ -72,7 +74,7 @@ def list_(output: str) -> None:
                     r.get("subject"),
                     r.get("consumer"),
                     r.get("deliveries"),
-                    str(r.get("error"))[:80],
+                    str(r.get("error")),
                 )
                 for r in rows
             ],

@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 import msgspec
 
+from cairn.cli.output import output_option, yaml_text
 from cairn.cli.session import session_options, with_client
 from cairn.client import Client
+from cairn.client.prefix import resolve_job
 from cairn.client.timeline import format_line
 
 
@@ -29,15 +31,10 @@ def events() -> None:
 )
 @click.option("--all", "everything", is_flag=True, help="Print every past event.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing events as they are stored.")
-@click.option("--job", "job_id", default=None, metavar="JOB", help="Only this job's events.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(("table", "json")),
-    default="table",
-    show_default=True,
-    help="`json`: one timeline entry per line.",
-)
+@click.option("--job", "job_id", default=None, metavar="JOB",
+              help="Only this job's events (any unique prefix of its id).")
+@output_option(help="`table`: one line per event; `json`: one timeline entry per line; "
+                    "`yaml`: one YAML document per entry.")
 @session_options
 def tail(
     count: int,
@@ -49,9 +46,13 @@ def tail(
     actor: str | None,
 ) -> None:
     async def body(c: Client) -> None:
-        async for e in c.events(tail=None if everything else count, follow=follow, job=job_id):
+        job = await resolve_job(c, job_id) if job_id else None
+        async for e in c.events(tail=None if everything else count, follow=follow, job=job):
             if output == "json":
                 click.echo(msgspec.json.encode(e).decode())
+            elif output == "yaml":
+                # A document per event, so a follower can parse each as it comes.
+                click.echo("---\n" + yaml_text(e).rstrip())
             else:
                 click.echo(format_line(e))
 

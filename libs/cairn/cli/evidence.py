@@ -13,12 +13,14 @@ from typing import Any
 import click
 import msgspec
 
-from cairn.cli.output import emit, output_option, print_table
-from cairn.cli.session import run
+from cairn.cli.output import Column, emit, output_option, print_table
+from cairn.cli.session import run, session_options, with_client
 from cairn.client import Client
-from cairn.errors import CairnError, InvalidInput, NotFound
+from cairn.client.prefix import resolve_job
+from cairn.errors import CairnError, InvalidInput, NotFound, Timeout, Unavailable, Unverified
+from cairn.events import JobSubmitted
 from cairn.evidence.bundle import BundleFiles, pack, read_bundle
-from cairn.evidence.dashboard import RecipeEvidence, catalog_bundles, recipe_evidence
+from cairn.evidence.dashboard import EVIDENCE_DIR, catalog_bundles, recipe_evidence
 from cairn.evidence.eligibility import Eligibility
 from cairn.evidence.trust import TrustList, load_trust
 from cairn.evidence.verify import Verification, verify_bundle
@@ -96,8 +98,9 @@ recipe; the constraints re-run against the bundled snapshot; freshness
 
 \b
 Exit codes: 0 valid and the validation passed; 1 valid but the validation
-failed; 2 invalid (which check, and why, is printed); 3 unreadable bundle or
-trust list; 4 no such bundle or no evidence for --site/--recipe.
+failed; 9 invalid: forged, tampered, untrusted or revoked signer, stale (which
+check, and why, is printed); 2 usage error; 3 unreadable bundle or trust list;
+4 no such bundle or no evidence for --site/--recipe.
 """
 
 
@@ -138,9 +141,10 @@ async def _fetch_latest(site: str, recipe: str) -> BundleFiles:
 
 def _print_verification(result: Verification) -> None:
     rows = [(c.name, "ok" if c.passed else "FAILED", c.reason, c.message) for c in result.checks]
-    print_table(None, ("check", "outcome", "reason", "detail"), rows)
+    print_table(None, (Column("check", keep=True), Column("outcome"), Column("reason"),
+                       Column("detail", wrap=True)), rows)
     verdict = {0: "valid, validation passed", 1: "valid, validation FAILED",
-               2: "INVALID"}[result.exit_code]
+               Unverified.exit_code: "INVALID"}[result.exit_code]
     click.echo(verdict)
 
 
@@ -185,7 +189,9 @@ def status(site: str | None, recipe: str | None, max_age: str, trust: Path | Non
 
 
 def _print_status(rows: list[dict[str, Any]]) -> None:
-    print_table(None, ("site", "recipe", "eligible", "reason", "since", "until", "detail"),
+    print_table(None, (Column("site", keep=True), Column("recipe", keep=True),
+                       Column("eligible"), Column("reason"), Column("since"), Column("until"),
+                       Column("detail", wrap=True)),
                 [(r["site"], r["recipe"], "yes" if r["eligible"] else "no", r["reason"],
                   _short(r["since"]), _short(r["until"]), r["message"]) for r in rows])
 
@@ -200,8 +206,9 @@ recipe digest, constraints re-run) and stores it in the `evidence` store; it
 counts for a recipe's evidence status only when its signer is trusted.
 
 \b
-Exit codes: 0 stored; 3 the bundle is broken (the reason is printed);
-7 no signer answers.
+Exit codes: 0 stored; 9 the bundle does not verify: a digest, signed file or
+recipe digest is wrong (the reason is printed); 3 it cannot be read; 7 no
+signer answers.
 """
 
 
@@ -224,15 +231,41 @@ def submit(bundle: Path, output: str) -> None:
 
 
 def recipe_evidence_for(recipe: str, resolved: dict[str, Any], catalog_root: Path | None,
-                        trust: Path | None, federation: bool) -> RecipeEvidence:
-    """`cairn recipe show`'s evidence section: bundles in the catalog's evidence folder, and
-    with `federation` those in the federation's `evidence` store."""
+                        trust: Path | None, federation: bool | None) -> dict[str, Any]:
+    """`cairn recipe show`'s evidence section: bundles in the catalog's evidence folder and
+    those in the federation's `evidence` store, with the sources it read (`sources`).
+
+    `federation`: True reads the store (an unreachable bus is an error), False does not, None
+    reads it when a federation is configured (context file or $CAIRN_NATS_URL) and says so
+    when it cannot be reached."""
     path = trust or default_trust_file()
     trust_list = load_trust(path) if path.exists() else TrustList()
     bundles = catalog_bundles(catalog_root, recipe)
+    folder = (catalog_root / EVIDENCE_DIR / recipe) if catalog_root else None
+    sources: list[dict[str, Any]] = [{"source": "catalog", "where": str(folder or "-"),
+                                      "bundles": len(bundles)}]
+    if federation is None:
+        federation = context_file.load(required=False) is not None
+        required = False
+    else:
+        required = federation
     if federation:
-        bundles += run(_federation_bundles(recipe))
-    return recipe_evidence(recipe, resolved, bundles, trust_list, now=datetime.now(UTC))
+        ctx = context_file.load()
+        assert ctx is not None
+        try:
+            found = run(_federation_bundles(recipe))
+        except (Unavailable, Timeout) as exc:
+            if required:
+                raise
+            sources.append({"source": "federation", "where": ctx.nats_url, "bundles": 0,
+                            "error": str(exc)})
+        else:
+            bundles += found
+            sources.append({"source": "federation", "where": ctx.nats_url,
+                            "bundles": len(found)})
+    shown = recipe_evidence(recipe, resolved, bundles, trust_list, now=datetime.now(UTC))
+    return {**shown.to_dict(), "trust": str(path) if path.exists() else None,
+            "sources": sources}
 
 
 async def _federation_bundles(recipe: str) -> list[tuple[str, BundleFiles]]:
@@ -241,6 +274,12 @@ async def _federation_bundles(recipe: str) -> list[tuple[str, BundleFiles]]:
 
 
 def print_recipe_evidence(found: dict[str, Any]) -> None:
+    read = "; ".join(
+        f"{src['source']} {src['where']} ({src['bundles']} bundle"
+        f"{'' if src['bundles'] == 1 else 's'})"
+        + (f": not reachable: {src['error']}" if src.get("error") else "")
+        for src in found["sources"])
+    click.echo(f"evidence sources: {read}; trust list: {found['trust'] or 'none'}")
     click.echo(f"evidence: {found['state']}"
                + (f" (signers: {', '.join(found['signers'])})" if found["signers"] else ""))
     if found["hardware"]:
@@ -249,42 +288,58 @@ def print_recipe_evidence(found: dict[str, Any]) -> None:
              _short(a["validated_at"]), "yes" if a["counted"] else f"no: {a['why_not']}",
              a["source"]) for a in found["attestations"]]
     if rows:
-        print_table(None, ("site", "signers", "result", "validated", "counted", "source"), rows)
+        print_table(None, (Column("site", keep=True), Column("signers", wrap=True),
+                           Column("result"), Column("validated"), Column("counted", wrap=True),
+                           Column("source", wrap=True)), rows)
 
 
 RECEIPTS_HELP = """The signed receipts of JOB's gated dispatches: per site, which evidence the
 coordinator checked before trusting the site with the job, verified against the
-trust list (the coordinator's key must be in it).
+trust list (the coordinator's key must be in it). Roles on the hub are not gated
+(the hub is the federation's own) and are listed as `not-gated`. JOB may be any
+unique prefix of the job id.
 
 \b
-Exit codes: 0 every receipt verifies; 2 a receipt is missing or does not
-verify; 3 bad name or trust list; 4 no such job or no trust list; 7 the bus
-cannot be reached.
+Exit codes: 0 every gated dispatch has a receipt that verifies; 9 one is
+missing or does not verify; 3 bad name or trust list; 4 no such job or no
+trust list; 7 the bus cannot be reached.
 """
 
 
 @evidence.command("receipts", help=RECEIPTS_HELP,
                   short_help="Verify a job's dispatch receipts.")
 @click.argument("job")
-@click.option("--study", envvar="CAIRN_STUDY", required=True,
-              help="The job's study (default: $CAIRN_STUDY).")
 @trust_options
+@session_options
 @output_option()
-def receipts(job: str, study: str, trust: Path | None, revoked: Path | None,
-             output: str) -> None:
-    trust_list = load_trust_option(trust, revoked)
-    async def body() -> list[dict[str, Any]]:
-        async with connected() as client:
-            return await client.evidence.receipts(check_name(study, "study"),
-                                                  check_name(job, "job"), trust_list)
+def receipts(job: str, trust: Path | None, revoked: Path | None, study: str | None,
+             actor: str | None, output: str) -> None:
+    from cairn.evidence.receipts import receipts_hold
 
-    rows = run(body())
-    emit(rows, output, lambda shown: print_table(
-        None, ("site", "verified", "by", "evidence", "verified at", "detail"),
-        [(r["site"], "yes" if r["verified"] else "NO", r["by"] or "-",
-          (r["evidence"] or "-")[:16], _short(r["verified_at"]), r["detail"])
-         for r in shown]))
+    trust_list = load_trust_option(trust, revoked)
+
+    async def body(c: Client) -> tuple[str, JobSubmitted | None, list[dict[str, Any]]]:
+        whole = await resolve_job(c, job)
+        submitted, rows = await c.evidence.receipts(c.study, whole, trust_list)
+        return c.study, submitted, rows
+
+    in_study, submitted, rows = with_client(study, actor, body)
+    if submitted is None and not rows:
+        raise NotFound(f"no job {job} in study {in_study}", field="job")
+    emit(rows, output, lambda shown: _print_receipts(shown, submitted))
     if not rows:
-        raise NotFound(f"job {job} has no dispatches in study {study}")
-    if not all(r["verified"] for r in rows):
-        raise SystemExit(2)
+        raise NotFound(f"job {job} has no dispatches yet in study {in_study}", field="job")
+    if not receipts_hold(rows):
+        bad = [f"{r['site']} {r['role']}/{r['rank']}: {r['status']}" for r in rows
+               if r["status"] not in ("verified", "not-gated")]
+        raise Unverified("dispatch receipts do not hold: " + "; ".join(bad))
+
+
+def _print_receipts(rows: list[dict[str, Any]], submitted: JobSubmitted | None) -> None:
+    if submitted is not None and submitted.requires is None:
+        click.echo(f"job {submitted.job} requires no recipe: none of its dispatches is gated")
+    print_table(None, (Column("site", keep=True), Column("role", keep=True), Column("rank"),
+                       Column("receipt"), Column("by"), Column("evidence"),
+                       Column("verified at"), Column("detail", wrap=True)),
+                [(r["site"], r["role"], r["rank"], r["status"], r["by"] or "-",
+                  r["evidence"] or "-", _short(r["verified_at"]), r["detail"]) for r in rows])

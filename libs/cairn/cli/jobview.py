@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from cairn.cli.output import print_table
+from cairn.cli.output import Column, print_table, yaml_text
+from cairn.cli.tables import build
 from cairn.errors import CairnError
-from cairn.state.job import JobState, WorkerState
+from cairn.state.job import JobResult, JobState, WorkerState
 
 STATE_STYLE = {
     "completed": "green",
@@ -48,7 +49,11 @@ def worker_rows(job: JobState) -> list[tuple[str, ...]]:
     ]
 
 
-WORKER_COLUMNS = ("site", "role", "rank", "state", "progress", "metrics", "outcome")
+WORKER_COLUMNS = (Column("site", keep=True), Column("role", keep=True), Column("rank"),
+                  Column("state"), Column("progress", wrap=True),
+                  Column("metrics", wrap=True), Column("outcome", wrap=True))
+JOB_COLUMNS = (Column("job", keep=True), Column("name", keep=True), Column("state"),
+               Column("submitted"), Column("actor"), Column("workers", wrap=True))
 
 
 def headline(job: JobState) -> str:
@@ -69,26 +74,22 @@ def ending_note(job: JobState) -> str | None:
             "stopped, cause outlived-server)")
 
 
-def renderable(job: JobState) -> Any:
-    """A rich table of the job's workers, titled with the job's state."""
-    from rich.table import Table
+def renderable(job: JobState, room: int) -> tuple[Any, int]:
+    """A rich table of the job's workers, titled with the job's state, fitted to `room`
+    columns; and the width it needs."""
+    from rich.text import Text
 
     style = STATE_STYLE.get(job.state, "bold")
-    table = Table(
-        title=f"{job.job} {job.name} [{style}]{job.state}[/]",
-        title_justify="left",
-        header_style="bold",
-    )
-    for column in WORKER_COLUMNS:
-        table.add_column(column)
-    for row in worker_rows(job):
-        table.add_row(*row[:3], f"[{STATE_STYLE.get(row[3], 'white')}]{row[3]}[/]", *row[4:])
+    rows = [(*row[:3], Text(row[3], style=STATE_STYLE.get(row[3], "white")), *row[4:])
+            for row in worker_rows(job)]
+    caption = None
     if not job.workers:
         reasons = "; ".join(f"{k}: {v}" for k, v in sorted(job.reasons.items()))
-        table.caption = reasons or "waiting for dispatch"
+        caption = reasons or "waiting for dispatch"
     elif (note := ending_note(job)) is not None:
-        table.caption = note
-    return table
+        caption = note
+    title = Text.assemble(f"{job.job} {job.name} ", (job.state, style))
+    return build(title, WORKER_COLUMNS, rows, room, caption=caption)
 
 
 def print_job(job: JobState) -> None:
@@ -107,26 +108,27 @@ def print_job(job: JobState) -> None:
     if job.workers:
         print_table("workers", WORKER_COLUMNS, worker_rows(job))
     if job.results:
-        print_table(
-            "results",
-            ["site", "role", "rank", "value", "files"],
-            [
-                (
-                    r.site,
-                    r.role,
-                    r.rank,
-                    r.value,
-                    ", ".join(f"{f.name} ({f.digest[:12]})" for f in r.files),
-                )
-                for r in job.results
-            ],
-        )
+        # Values are whatever the job sent: shown as YAML, as `-o yaml` would, not squeezed
+        # into a table cell.
+        click.echo("results:")
+        click.echo(_indent(yaml_text([_result(r) for r in job.results])))
+
+
+def _result(r: JobResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"site": r.site, "role": r.role, "rank": r.rank, "value": r.value}
+    if r.files:
+        out["files"] = [{"name": f.name, "sha256": f.digest, "size": f.size} for f in r.files]
+    return out
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.rstrip().splitlines())
 
 
 def print_jobs(jobs: list[JobState]) -> None:
     print_table(
         None,
-        ["job", "name", "state", "submitted", "actor", "workers"],
+        JOB_COLUMNS,
         [
             (
                 j.job,
@@ -155,10 +157,14 @@ async def show_live(states: AsyncIterator[JobState]) -> JobState:
 
     last: JobState | None = None
     console = Console()
+    room = console.width
     with Live(console=console, auto_refresh=False) as live:
         async for state in states:
             last = state
-            live.update(renderable(state), refresh=True)
+            table, needs = renderable(state, room)
+            if needs > console.width:
+                console.width = needs
+            live.update(table, refresh=True)
     if not console.is_terminal:
         console.line()  # off a terminal, Live leaves the cursor after the table
     assert last is not None

@@ -12,12 +12,13 @@ from typing import Any
 
 import click
 
-from cairn.errors import CairnError
+from cairn.errors import EXIT_CODES, INTERRUPTED_EXIT, CairnError
 
 # name -> "module:attribute" of a click command. One line per command group.
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("cairn.cli.up:up", "Start an embedded federation on this machine."),
     "down": ("cairn.cli.up:down", "Stop the embedded federation started by `cairn up`."),
+    "clean": ("cairn.cli.clean:clean", "Remove a stopped embedded federation's state (.cairn)."),
     "demo": ("cairn.cli.demo:demo", "Start a federation, run the demo job, print the timeline."),
     "run": ("cairn.cli.run:run", "Run one or several services in one process."),
     "deadletter": ("cairn.cli.deadletter:deadletter", "Inspect and redrive dead-lettered events."),
@@ -84,11 +85,14 @@ the identity that signed it, and the broker lets it reach only its own studies.
 Only a federation started with `cairn up --insecure` takes --actor on trust.
 
 \b
-Exit codes: 0 ok; 1 the thing asked for failed (job failed, validation did
-not pass); 2 usage error; 3 invalid input (file, field or name); 4 not found;
-5 permission denied; 6 conflict or rejected; 7 bus or service unavailable;
-8 timed out.
-"""
+Conventions: -o is always the output format (table|json|yaml), --out the
+folder or file to write; --study defaults to $CAIRN_STUDY, else the context
+file; a job id or recipe name may be any unique prefix; tables never cut an
+id or a name (--wide shows every column).
+
+\b
+Exit codes, the same on every command:
+""" + "\n".join(f"  {code:<4}{meaning.split(':')[0]}" for code, meaning, _ in EXIT_CODES) + "\n"
 
 
 @click.group(cls=LazyGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,12 +110,12 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,67 @@
-"""Printing for people (rich tables) and for programs (`-o json|yaml`, stable fields)."""
+"""Printing for people (tables, YAML) and for programs (`-o json|yaml`, stable fields).
+
+`-o` is the output format on every command; a directory or a file to write is `--out`. A
+value of `-o` that is not a format (`-o out/`, `-o bundle.tgz`) is a usage error that says so.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import click
 import msgspec
 import yaml
 
+from cairn.cli.tables import Column, print_table, wide_option
+
+__all__ = ["OUTPUT_CHOICES", "Column", "OutputFormat", "emit", "output_option", "print_table",
+           "to_builtins", "yaml_text"]
+
 OUTPUT_CHOICES = ("table", "json", "yaml")
 
 
-def output_option(default: str = "table") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option("-o", "--output", "output", type=click.Choice(OUTPUT_CHOICES),
-                        default=default, show_default=True, help="Output format.")
+class OutputFormat(click.Choice[str]):
+    """`table`, `json` or `yaml`; anything else is refused with what `-o` means here."""
+
+    name = "format"
+
+    def __init__(self, choices: tuple[str, ...] = OUTPUT_CHOICES) -> None:
+        super().__init__(choices)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        if isinstance(value, str) and value in self.choices:
+            return value
+        formats = ", ".join(self.choices)
+        self.fail(f"{value!r} is not an output format ({formats}): -o is the output format on "
+                  "every command; a directory or file to write is --out", param, ctx)
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def output_option(default: str = "table", choices: tuple[str, ...] = OUTPUT_CHOICES,
+                  help: str = "Output format.") -> Decorator:
+    """`-o/--output FORMAT`, and `--wide` for the table view."""
+
+    def add(func: Callable[..., Any]) -> Callable[..., Any]:
+        func = wide_option()(func)
+        return click.option("-o", "--output", "output", type=OutputFormat(choices),
+                            default=default, show_default=True, help=help)(func)
+
+    return add
 
 
 def to_builtins(data: Any) -> Any:
     return msgspec.to_builtins(data)
+
+
+def yaml_text(data: Any) -> str:
+    """`data` as block YAML, in the order it was built (what the table view shows of values)."""
+    return yaml.safe_dump(to_builtins(data), sort_keys=False, allow_unicode=True,
+                          default_flow_style=False)
 
 
 def emit(data: Any, output: str, table: Callable[[Any], None] | None = None) -> None:
@@ -32,15 +74,3 @@ def emit(data: Any, output: str, table: Callable[[Any], None] | None = None) -> 
         table(data)
     else:
         sys.stdout.write(yaml.safe_dump(to_builtins(data), sort_keys=False))
-
-
-def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title, show_header=True, header_style="bold")
-    for column in columns:
-        t.add_column(column)
-    for row in rows:
-        t.add_row(*("" if cell is None else str(cell) for cell in row))
-    Console().print(t)

@@ -1,6 +1,6 @@
 """`cairn provision ...`: a root of trust, identities and startup kits (see docs/security.md).
 
-Central: `cairn provision federation.yaml -o DIR` makes everything. Distributed: the site
+Central: `cairn provision federation.yaml --out DIR` makes everything. Distributed: the site
 runs `cairn provision request`, the project admin `cairn provision sign`, the site
 `cairn provision accept`; the site's private keys never leave it.
 """
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import click
 
-from cairn.cli.output import emit, output_option, print_table
+from cairn.cli.output import Column, emit, output_option, print_table
 from cairn.spec.federation import load_federation
 from cairn.trust import provision as prov
 
 
 class ProvisionGroup(click.Group):
-    """`cairn provision FILE -o DIR` runs the default command; the rest are subcommands."""
+    """`cairn provision FILE --out DIR` runs the default command; the rest are subcommands."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]
                         ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -28,7 +28,7 @@ class ProvisionGroup(click.Group):
 
 @click.group(cls=ProvisionGroup, help=(
     "Provision the federation's root of trust, identities and startup kits.\n\n"
-    "`cairn provision federation.yaml -o DIR` writes everything (run it again after adding "
+    "`cairn provision federation.yaml --out DIR` writes everything (run it again after adding "
     "sites or admins: only missing kits are made). Distributed provisioning: a site runs "
     "`request`, the project admin `sign`, the site `accept`."))
 def provision() -> None:
@@ -57,37 +57,40 @@ CHECK_HELP = """Verify a kit's credential against the federation root.
 
 \b
 Exit codes: 0 valid; 3 a file is unreadable, too large or not what it should
-be (the message names it); 5 the credential does not verify against the
-roots.
+be (the message names it); 9 the credential does not verify against the
+roots (the reason is printed).
 """
 
 
 @provision.command("all", help="Write the root, CA, server config and every missing kit.")
 @click.argument("federation_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path),
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Folder for the root of trust and the kits (keep root/ offline).")
 @click.option("--url", default=None, metavar="URL",
               help="The federation's NATS URL as clients reach it (default tls://HOST:PORT).")
 @click.option("--host", "hosts", multiple=True, default=("localhost", "127.0.0.1"),
               show_default=True, help="Names and addresses in the server certificate.")
 @click.option("--port", default=4222, show_default=True, help="The server's client port.")
+@output_option()
 def provision_all(federation_file: Path, out: Path, url: str | None, hosts: tuple[str, ...],
-                  port: int) -> None:
-    # -o is the output folder here (as the issue and docs say), so no --output formats.
+                  port: int, output: str) -> None:
     fed = load_federation(federation_file)
     url = url or f"tls://{hosts[0]}:{port}"
     made = prov.provision(fed, out, url=url, hosts=list(hosts), port=port)
-    print_table(f"{len(made)} new kit(s) under {out}; server config "
-                f"{out / 'server' / 'nats.conf'}", ["kit", "path"],
-                [(p.name, str(p)) for p in made])
+    data = {"out": str(out), "server_config": str(out / "server" / "nats.conf"),
+            "kits": [{"kit": p.name, "path": str(p)} for p in made]}
+    emit(data, output, lambda d: print_table(
+        f"{len(made)} new kit(s) under {out}; server config {d['server_config']}",
+        [Column("kit", keep=True), Column("path", keep=True)],
+        [(k["kit"], k["path"]) for k in d["kits"]]))
 
 
 @provision.command("request", help=(
     "At a site: make its keys (kept in KIT) and a request with only the public keys."))
 @click.option("--site", required=True, help="The site's name, as in federation.yaml.")
 @click.option("--org", required=True, help="The site's organisation.")
-@click.option("-o", "--kit", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The site's kit folder (its private keys stay here).")
+@click.option("-k", "--kit", required=True, type=click.Path(file_okay=False, path_type=Path),
+              metavar="DIR", help="The site's kit folder (its private keys stay here).")
 def request(site: str, org: str, kit: Path) -> None:
     path = prov.request_site(site, org, kit)
     click.echo(f"send {path} to the project admin (it holds public keys only)")
@@ -98,13 +101,12 @@ def request(site: str, org: str, kit: Path) -> None:
 @click.argument("request_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--root", "root_dir", required=True,
               type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="The provisioning folder (`-o` of `cairn provision`).")
+              help="The provisioning folder (`--out` of `cairn provision`).")
 @click.option("--federation", "federation_file", required=True,
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="federation.yaml: the site must be in it.")
-@click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False,
-                                                                   path_type=Path),
-              help="Where to write the signed credential (a JWT) for the site.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE", help="Where to write the signed credential (a JWT) for the site.")
 def sign(request_file: Path, root_dir: Path, federation_file: Path, out: Path) -> None:
     jwt = prov.sign_site_request(root_dir, request_file, load_federation(federation_file))
     out.write_text(jwt + "\n")
@@ -156,8 +158,15 @@ def revoke(name: str, root_dir: Path) -> None:
               help="roots.txt (or root.pub): the trusted root public keys.")
 @output_option()
 def check(creds: Path, roots: Path, output: str) -> None:
-    identity = prov.check_kit(creds, roots)
     import msgspec
+
+    from cairn.errors import Unverified
+    from cairn.trust.nkeyjwt import CredentialError
+
+    try:
+        identity = prov.check_kit(creds, roots)
+    except CredentialError as exc:
+        raise Unverified(exc.message, file=str(creds)) from None
 
     emit(msgspec.to_builtins(identity), output,
          lambda d: click.echo(f"{creds}: valid {d['kind']} {d['name']}"))

@@ -1,4 +1,9 @@
-"""`cairn recipe`: list, match, show, explain and query recipes. Parsing and printing only."""
+"""`cairn recipe`: list, match, show, explain, query and lint recipes. Parsing and printing only.
+
+Every command takes the same criteria, as AICR's do: `--service --accelerator --os --intent
+--platform --scheduler --nodes`, and `--criteria FILE` (`cairn.cli.recipecriteria`). A recipe
+NAME may be any unique prefix of its name.
+"""
 
 from __future__ import annotations
 
@@ -10,23 +15,21 @@ import click
 import msgspec
 import yaml
 
-from cairn.cli.output import emit, output_option, print_table
-from cairn.errors import InvalidInput
+from cairn.cli.output import Column, emit, output_option, print_table
+from cairn.cli.recipecriteria import criteria_options, given_criteria, query_of
+from cairn.client.prefix import resolve_prefix
 from cairn.recipes import (
     Catalog,
     Criteria,
     Recipe,
     load_catalog,
     match,
-    parse_assignments,
     query_value,
     resolve,
     specificity,
 )
 from cairn.recipes.catalog import ENV_CATALOG, RecipeEntry
 from cairn.recipes.model import CRITERIA_FIELDS
-
-_CRITERIA_HELP = "Filter or select by criteria, KEY=VALUE (repeatable), e.g. service=eks."
 
 
 def _catalog_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,6 +45,12 @@ def _catalog_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _load(catalog_dir: str | None) -> Catalog:
     return load_catalog(Path(catalog_dir) if catalog_dir else None)
+
+
+def recipe_named(catalog: Catalog, name: str) -> str:
+    """The overlay or mixin `name` stands for: itself, or the one whose name it begins."""
+    return resolve_prefix(name, [*catalog.overlays, *catalog.mixins], kind="recipe",
+                          where=f"in {catalog.root}")
 
 
 def _entry_dict(entry: RecipeEntry) -> dict[str, Any]:
@@ -68,7 +77,9 @@ def _entries_table(title: str) -> Callable[[list[dict[str, Any]]], None]:
             table.append(
                 [index, row["name"], row["kind"], where or "(everywhere)", row["base"] or ""]
             )
-        print_table(title, ["#", "name", "kind", "criteria (not any)", "base"], table)
+        print_table(title, [Column("#"), Column("name", keep=True), Column("kind"),
+                            Column("criteria (not any)", wrap=True), Column("base", keep=True)],
+                    table)
 
     return show
 
@@ -78,100 +89,85 @@ def recipe() -> None:
     pass
 
 
-@recipe.command("list", help="List the catalog's overlays (and mixins with --mixins).")
-@click.option("--criteria", "pairs", multiple=True, metavar="KEY=VALUE", help=_CRITERIA_HELP)
+@recipe.command("list", help="List the catalog's overlays (and mixins with --mixins); with "
+                "criteria, the overlays whose own criteria are exactly those given.")
+@criteria_options
 @click.option("--mixins", is_flag=True, help="Include mixins.")
 @_catalog_option
 @output_option()
-def list_cmd(pairs: tuple[str, ...], mixins: bool, catalog_dir: str | None, output: str) -> None:
+def list_cmd(mixins: bool, catalog_dir: str | None, output: str, **given: Any) -> None:
     catalog = _load(catalog_dir)
-    wanted = _exact_filter(catalog, pairs)
+    criteria = given_criteria(given)
+    wanted = _exact_filter(catalog, criteria)
     entries = [e for e in catalog.overlays.values() if wanted(e.spec.criteria)]
-    if mixins and not pairs:
+    if mixins and not criteria:
         entries += list(catalog.mixins.values())
     emit([_entry_dict(e) for e in entries], output, _entries_table("recipes"))
 
 
-def _exact_filter(catalog: Catalog, pairs: tuple[str, ...]) -> Callable[[Criteria], bool]:
-    raw = parse_assignments(pairs)
-    given = {p.partition("=")[0].strip() for p in pairs}
-    want = {
-        f: catalog.criteria.value(f, getattr(raw, f), where=f"criteria.{f}")
-        for f in CRITERIA_FIELDS
-        if f in given
-    }
-    nodes = raw.nodes if "nodes" in given else None
+def _exact_filter(catalog: Catalog, given: dict[str, Any]) -> Callable[[Criteria], bool]:
+    want = {f: catalog.criteria.value(f, given[f], where=f"criteria.{f}")
+            for f in CRITERIA_FIELDS if f in given}
+    nodes = given.get("nodes")
     return lambda c: (
         all(getattr(c, f) == v for f, v in want.items()) and (nodes is None or c.nodes == nodes)
     )
 
 
-def _query_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    for field in reversed((*CRITERIA_FIELDS, "nodes")):
-        kind: Any = int if field == "nodes" else str
-        func = click.option(
-            f"--{field}",
-            field,
-            type=kind,
-            default=None,
-            help="Node count (0 = any)." if field == "nodes" else f"Query {field} (default: any).",
-        )(func)
-    return func
-
-
-def _query(values: dict[str, Any]) -> Criteria:
-    given = {k: v for k, v in values.items() if v is not None}
-    return msgspec.convert(given, Criteria)
-
-
 @recipe.command("match", help="Overlays that apply to a query, in the order they are applied.")
-@_query_options
+@criteria_options
 @_catalog_option
 @output_option()
-def match_cmd(catalog_dir: str | None, output: str, **values: Any) -> None:
+def match_cmd(catalog_dir: str | None, output: str, **given: Any) -> None:
     catalog = _load(catalog_dir)
-    entries = match(catalog, _query(values))
+    entries = match(catalog, query_of(given))
     emit([_entry_dict(e) for e in entries], output, _entries_table("matching overlays"))
 
 
-def _resolve_target(catalog: Catalog, name: str | None, pairs: tuple[str, ...]) -> Recipe:
-    if (name is None) == (not pairs):
-        raise InvalidInput(
-            "give a recipe NAME or --criteria KEY=VALUE..., not both", field="recipe"
-        )
-    return resolve(catalog, name if name is not None else parse_assignments(pairs))
+def _resolve_target(catalog: Catalog, name: str | None, given: dict[str, Any]) -> Recipe:
+    criteria = given_criteria(given)
+    if (name is None) == (not criteria):
+        raise click.UsageError("give a recipe NAME or criteria (--service, --accelerator, ... "
+                               "or --criteria FILE), not both")
+    return resolve(catalog, recipe_named(catalog, name) if name is not None
+                   else query_of(given))
 
 
-_SHOW_HELP = """Show a fully resolved recipe, by NAME or by --criteria, with its evidence status:
-CONFIRMED (two or more independent trusted signers passed), SINGLE, CONTESTED
-(passes and failures), FAILING or UNTESTED, the hardware tested and the signers.
-Evidence comes from the catalog's evidence/<recipe>/ folder and, with
---federation, the federation's `evidence` store; a bundle counts when it
-verifies, its signer is in --trust, and it attests the recipe as it resolves now.
+_SHOW_HELP = """Show a fully resolved recipe, by NAME (any unique prefix) or by criteria, with
+its evidence status: CONFIRMED (two or more independent trusted signers passed),
+SINGLE, CONTESTED (passes and failures), FAILING or UNTESTED, the hardware
+tested and the signers.
+
+\b
+Evidence comes from the catalog's evidence/<recipe>/ folder and, when a
+federation is configured (the context file of `cairn up`, or $CAIRN_NATS_URL),
+its `evidence` store; the output names each source read and how many bundles
+it gave (an unreachable federation is said, not fatal; --federation makes it
+required, --no-federation skips it). A bundle counts when it verifies, its
+signer is in --trust, and it attests the recipe as it resolves now.
 """
 
 
 @recipe.command("show", help=_SHOW_HELP)
 @click.argument("name", required=False)
-@click.option("--criteria", "pairs", multiple=True, metavar="KEY=VALUE", help=_CRITERIA_HELP)
+@criteria_options
 @_catalog_option
 @click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Trust list for evidence (default as `cairn evidence verify`).")
-@click.option("--federation", is_flag=True, default=False,
-              help="Also count evidence from the federation's `evidence` store.")
+@click.option("--federation/--no-federation", default=None,
+              help="Count the federation's `evidence` store: required / skipped (default: "
+                   "when one is configured, and said when it cannot be reached).")
 @output_option(default="yaml")
-def show_cmd(
-    name: str | None, pairs: tuple[str, ...], catalog_dir: str | None, trust: Path | None,
-    federation: bool, output: str
-) -> None:
+def show_cmd(name: str | None, catalog_dir: str | None, trust: Path | None,
+             federation: bool | None, output: str, **given: Any) -> None:
     from cairn.cli.evidence import print_recipe_evidence, recipe_evidence_for
 
     catalog = _load(catalog_dir)
-    resolved = _resolve_target(catalog, name, pairs)
+    resolved = _resolve_target(catalog, name, given)
     data = msgspec.to_builtins(resolved)
     data.pop("provenance", None)
     data["evidence"] = recipe_evidence_for(resolved.name, data, catalog.root, trust,
-                                           federation).to_dict()
+                                           federation)
 
     def table(shown: dict[str, Any]) -> None:
         _show_table(shown)
@@ -181,62 +177,42 @@ def show_cmd(
 
 
 def _show_table(data: dict[str, Any]) -> None:
-    from rich.console import Console
-
-    Console().print(f"[bold]{data['name']}[/bold]  {data['description']}")
-    Console().print("applied: " + " -> ".join(data["applied"]))
+    click.echo(f"{data['name']}  {data['description']}")
+    click.echo("applied: " + " -> ".join(data["applied"]))
     print_table(
         "constraints",
-        ["name", "value", "severity", "optional", "source"],
-        [
-            [
-                c["name"],
-                c["value"],
-                c.get("severity", "error"),
-                c.get("optional", False),
-                c.get("source", ""),
-            ]
-            for c in data["constraints"]
-        ],
+        [Column("name", keep=True), Column("value", wrap=True), Column("severity"),
+         Column("optional"), Column("source", wrap=True)],
+        [[c["name"], c["value"], c.get("severity", "error"), c.get("optional", False),
+          c.get("source", "")] for c in data["constraints"]],
     )
     print_table(
         "components",
-        ["name", "version", "chart", "namespace"],
-        [
-            [c["name"], c.get("version", ""), c.get("chart", ""), c.get("namespace", "")]
-            for c in data["components"]
-        ],
+        [Column("name", keep=True), Column("version"), Column("chart", wrap=True),
+         Column("namespace")],
+        [[c["name"], c.get("version", ""), c.get("chart", ""), c.get("namespace", "")]
+         for c in data["components"]],
     )
     rows = []
     for phase, body in data["validation"].items():
-        rows += [
-            [
-                phase,
-                "check",
-                ch["name"],
-                ch.get("timeout", ""),
-                yaml.safe_dump(ch.get("with") or {}, default_flow_style=True).strip()
-                if ch.get("with")
-                else "",
-            ]
-            for ch in body.get("checks", [])
-        ]
-        rows += [
-            [phase, "constraint", c["name"], c["value"], c.get("source", "")]
-            for c in body.get("constraints", [])
-        ]
-    print_table("validation", ["phase", "kind", "name", "value/timeout", "with/source"], rows)
+        rows += [[phase, "check", ch["name"], ch.get("timeout", ""),
+                  _short(ch["with"]) if ch.get("with") else ""]
+                 for ch in body.get("checks", [])]
+        rows += [[phase, "constraint", c["name"], c["value"], c.get("source", "")]
+                 for c in body.get("constraints", [])]
+    print_table("validation", [Column("phase"), Column("kind"), Column("name", keep=True),
+                               Column("value/timeout", wrap=True),
+                               Column("with/source", wrap=True)], rows)
 
 
-@recipe.command("explain", help="Every resolved value with the file that set it.")
+@recipe.command("explain", help="Every resolved value with the file that set it; by NAME (any "
+                "unique prefix) or by criteria.")
 @click.argument("name", required=False)
-@click.option("--criteria", "pairs", multiple=True, metavar="KEY=VALUE", help=_CRITERIA_HELP)
+@criteria_options
 @_catalog_option
 @output_option()
-def explain_cmd(
-    name: str | None, pairs: tuple[str, ...], catalog_dir: str | None, output: str
-) -> None:
-    resolved = _resolve_target(_load(catalog_dir), name, pairs)
+def explain_cmd(name: str | None, catalog_dir: str | None, output: str, **given: Any) -> None:
+    resolved = _resolve_target(_load(catalog_dir), name, given)
     rows = [
         {"path": ".".join(p.path), "value": p.value, "file": p.file} for p in resolved.provenance
     ]
@@ -245,28 +221,34 @@ def explain_cmd(
         output,
         lambda d: print_table(
             f"{d['name']} (applied: {' -> '.join(d['applied'])})",
-            ["path", "value", "file"],
+            [Column("path", keep=True), Column("value", wrap=True), Column("file", wrap=True)],
             [[r["path"], _short(r["value"]), r["file"]] for r in d["values"]],
         ),
     )
 
 
 def _short(value: Any) -> str:
-    text = (
-        value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
-    )
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A value for a table cell: flow YAML (the cell wraps; -o json has it whole)."""
+    return value if isinstance(value, str) else yaml.safe_dump(
+        value, default_flow_style=True, width=4096).strip()
 
 
 @recipe.command(
-    "query", help="One resolved value by dotted PATH, e.g. components.gpu-operator.version."
+    "query", help="One resolved value by dotted PATH, e.g. components.gpu-operator.version, "
+                  "of recipe NAME (any unique prefix) or of the recipe the criteria select "
+                  "(then PATH alone)."
 )
-@click.argument("name")
-@click.argument("path")
+@click.argument("words", nargs=-1, required=True, metavar="[NAME] PATH")
+@criteria_options
 @_catalog_option
 @output_option()
-def query_cmd(name: str, path: str, catalog_dir: str | None, output: str) -> None:
-    value = query_value(resolve(_load(catalog_dir), name), path)
+def query_cmd(words: tuple[str, ...], catalog_dir: str | None, output: str,
+              **given: Any) -> None:
+    if len(words) > 2 or (len(words) == 2) == bool(given_criteria(given)):
+        raise click.UsageError("give NAME PATH, or criteria and PATH")
+    *name, path = words
+    target = _resolve_target(_load(catalog_dir), name[0] if name else None, given)
+    value = query_value(target, path)
     emit(
         value,
         output,
@@ -277,19 +259,26 @@ def query_cmd(name: str, path: str, catalog_dir: str | None, output: str) -> Non
 
 
 LINT_HELP = """Report what loads but can never hold: constraints on a reading that no
-snapshot collector and no check produces (naming recipe, file, line and reading).
+snapshot collector and no check produces (naming recipe, file, line and reading);
+with criteria, only in the overlays whose own criteria are those given.
 
 \b
 Exit 0 when nothing is found, 1 when something is, 3 when the catalog does not load."""
 
 
 @recipe.command("lint", help=LINT_HELP)
+@criteria_options
 @_catalog_option
 @output_option()
-def lint_cmd(catalog_dir: str | None, output: str) -> None:
+def lint_cmd(catalog_dir: str | None, output: str, **given: Any) -> None:
     from cairn.recipes.lint import lint_catalog
 
-    found = lint_catalog(_load(catalog_dir))
+    catalog = _load(catalog_dir)
+    found = lint_catalog(catalog)
+    if given_criteria(given):
+        wanted = _exact_filter(catalog, given_criteria(given))
+        found = [f for f in found if f.recipe in catalog.overlays
+                 and wanted(catalog.overlays[f.recipe].spec.criteria)]
     # One line per finding, as compilers print them: file:line: field: problem.
     emit([vars(f) for f in found], output,
          lambda _: click.echo("\n".join(map(str, found)) or "no findings"))

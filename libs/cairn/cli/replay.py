@@ -8,6 +8,7 @@ from cairn.cli.jobview import print_job
 from cairn.cli.output import emit, output_option
 from cairn.cli.session import session_options, with_client
 from cairn.client import Client
+from cairn.client.prefix import resolve_job
 from cairn.client.timeline import TimelineEntry, format_line
 from cairn.state.view import StudyView
 
@@ -17,13 +18,14 @@ from cairn.state.view import StudyView
     "print the resulting state and the timeline of events."
 )
 @click.option(
-    "--job", "job_id", default=None, metavar="JOB", help="Only this job's events and state."
+    "--job", "job_id", default=None, metavar="JOB",
+    help="Only this job's events and state (any unique prefix of its id)."
 )
 @session_options
 @output_option()
 def replay(job_id: str | None, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> tuple[StudyView, list[TimelineEntry]]:
-        return await c.replay(job_id)
+        return await c.replay(await resolve_job(c, job_id) if job_id else None)
 
     view, timeline = with_client(study, actor, body)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cairn.api import SiteInfo
-from cairn.cli.output import emit, output_option, print_table
+from cairn.cli.output import Column, emit, output_option, print_table
 from cairn.cli.session import session_options, with_client
 from cairn.client import Client
 from cairn.events import Resources
@@ -39,7 +39,9 @@ def _rows(sites: list[SiteInfo]) -> list[tuple[object, ...]]:
     ]
 
 
-COLUMNS = ["site", "org", "status", "backend", "free", "capacity", "running", "last seen"]
+COLUMNS = [Column("site", keep=True), Column("org"), Column("status"), Column("backend"),
+           Column("free", wrap=True), Column("capacity", wrap=True), Column("running"),
+           Column("last seen")]
 
 
 @site.command(name="list", help="List sites: status, backend, free and total capacity.")

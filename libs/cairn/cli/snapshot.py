@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cairn.cli.output import emit, output_option
-from cairn.errors import InvalidInput
+from cairn.errors import InvalidInput, Unverified
 from cairn.names import check_name
 from cairn.snapshot import model
 from cairn.snapshot.model import Change, CollectorError, Reading, Snapshot
@@ -151,12 +151,22 @@ def snapshot(output: str, out: Path | None, site: str | None) -> None:
     emit(snap, output, table=print_snapshot)
 
 
+def _load_checked(path: Path, no_verify: bool) -> Snapshot:
+    """A snapshot file; one whose digest is not its content's does not verify (exit 9)."""
+    snap = model.load(path, verify=False)
+    if not no_verify and snap.digest != model.compute_digest(snap):
+        raise Unverified("digest does not match content (file altered? --no-verify compares "
+                         "it anyway)", file=str(path))
+    return snap
+
+
 DIFF_HELP = """Compare two snapshot JSON files (from `cairn snapshot --out`) and print
 every reading added, removed or changed from A to B.
 
 \b
-Exit codes: 0 the snapshots are equal; 1 they differ; 3 a file cannot be read,
-is not a snapshot, or its digest does not match its content (see --no-verify).
+Exit codes: 0 the snapshots are equal; 1 they differ; 3 a file cannot be read
+or is not a snapshot; 9 a file's digest does not match its content (altered;
+see --no-verify).
 """
 
 
@@ -178,8 +188,7 @@ is not a snapshot, or its digest does not match its content (see --no-verify).
 )
 @output_option()
 def diff(a: Path, b: Path, no_verify: bool, ignore: tuple[str, ...], output: str) -> None:
-    before = model.load(a, verify=not no_verify)
-    after = model.load(b, verify=not no_verify)
+    before, after = _load_checked(a, no_verify), _load_checked(b, no_verify)
     changes = model.diff(before, after, ignore=ignore)
     emit(changes, output, table=print_changes)
     if changes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import msgspec
 
-from cairn.cli.output import emit, output_option, print_table
+from cairn.cli.output import Column, emit, output_option, print_table
 from cairn.cli.session import session_options, with_client
 from cairn.client import Client
 from cairn.errors import InvalidInput
@@ -37,15 +37,15 @@ def _admin(text: str) -> StudyAdmin:
 def _show(state: StudyState) -> None:
     click.echo(f"study {state.name}" + (f": {state.description}" if state.description else ""))
     click.echo(f"sites: {', '.join(state.sites) or '(none)'}")
-    print_table(
-        "admins", ["name", "org", "role"], [(a.name, a.org, a.role) for a in state.admins.values()]
-    )
+    print_table("admins", [Column("name", keep=True), Column("org", keep=True), Column("role")],
+                [(a.name, a.org, a.role) for a in state.admins.values()])
 
 
 def _list(states: list[StudyState]) -> None:
     print_table(
         None,
-        ["study", "sites", "admins", "created"],
+        [Column("study", keep=True), Column("sites", wrap=True), Column("admins", wrap=True),
+         Column("created")],
         [
             (
                 s.name,

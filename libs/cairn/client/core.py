@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +42,7 @@ from cairn.events import StudyAdmin
 from cairn.names import check_name
 from cairn.runtime import context as context_file
 from cairn.spec.job import load_job_spec
+from cairn.spec.params import apply_sets
 from cairn.state.job import JobState
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView
@@ -190,16 +191,17 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    async def submit(self, spec_path: str | Path) -> str:
-        """Load a job spec, upload its code bundle, submit it; returns the job id.
+    async def submit(self, spec_path: str | Path, sets: Sequence[str] = ()) -> str:
+        """Load a job spec, apply `sets` (`params.KEY=VALUE`, `cairn.spec.params`), upload its
+        code bundle, submit it; returns the job id.
 
         The spec's `study:` wins over the session's study.
 
         Raises:
-            InvalidInput: the spec is wrong (naming file, line and field), or it would not
-                fit in one bus message.
+            InvalidInput: the spec or a set is wrong (naming file, line and field), or it
+                would not fit in one bus message.
         """
-        spec = load_job_spec(spec_path)
+        spec = apply_sets(load_job_spec(spec_path), sets, file=str(spec_path))
         study = spec.study or self.study
         packed = bundle.pack(spec.code)
         request = request_of_spec(spec, packed.digest)

@@ -16,6 +16,7 @@ from typing import Any
 from cairn import api, subjects
 from cairn.bus import Bus
 from cairn.errors import InvalidInput, NotFound
+from cairn.events import JobSubmitted
 from cairn.evidence.bundle import BundleFiles
 from cairn.evidence.eligibility import Eligibility
 from cairn.evidence.receipts import job_receipts
@@ -58,6 +59,8 @@ class EvidenceClient:
             raise InvalidInput(f"unexpected answer: a {type(result).__name__} result")
         return result
 
-    async def receipts(self, study: str, job: str, trust: TrustList) -> list[dict[str, Any]]:
-        """Each gated dispatch of `job`: its receipt, checked against `trust`."""
+    async def receipts(self, study: str, job: str, trust: TrustList
+                       ) -> tuple[JobSubmitted | None, list[dict[str, Any]]]:
+        """The job's submission (None: no such job) and each dispatch of `job` with its
+        receipt checked against `trust` (`cairn.evidence.receipts`)."""
         return await job_receipts(self._bus, study, job, trust)

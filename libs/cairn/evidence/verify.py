@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from cairn import yamlfile
-from cairn.errors import InvalidInput
+from cairn.errors import InvalidInput, Unverified
 from cairn.evidence import dsse
 from cairn.evidence.bundle import ATTESTATION, CTRF_DIR, MANIFEST, RECIPE, SNAPSHOT
 from cairn.evidence.rerun import compare_with_report
@@ -79,7 +79,9 @@ class Verification:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else (1 if self.valid else 2)
+        """0 valid and passed; 1 valid, recording a failed validation; 9 (`Unverified`)
+        invalid: a check failed, so nothing it says can be trusted."""
+        return 0 if self.passed else (1 if self.valid else Unverified.exit_code)
 
     def failed(self) -> list[CheckOutcome]:
         return [c for c in self.checks if not c.passed]

@@ -23,7 +23,7 @@ import msgspec
 
 from cairn import api, subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
-from cairn.errors import CairnError
+from cairn.errors import CairnError, InvalidInput
 from cairn.runtime.logs import setup_logging
 from cairn.trust.requests import RAW_REQUEST
 
@@ -39,6 +39,59 @@ SERVICES: dict[str, str] = {
     "validator": "cairn.validator.service:ValidatorService",
     "signer": "cairn.signer.service:SignerService",
 }
+
+SERVICE_OPTIONS: dict[str, dict[str, str]] = {
+    "coordinator": {
+        "site_stale_s": "seconds without a heartbeat before a site is stale (3 heartbeats)",
+        "site_lost_s": "seconds without a heartbeat before a site is lost (30)",
+        "tick_s": "how often queued jobs and timeouts are looked at (0.5)",
+        "evidence_trust": "trust list that gated dispatch checks evidence against",
+        "evidence_key": "key that signs dispatch receipts",
+    },
+    "agent": {},
+    "launcher": {},
+    "snapshotter": {
+        "snapshot_interval_s": "seconds between scheduled snapshots (3600)",
+        "snapshot_inline_max_bytes": "largest snapshot sent inline, not via the object store",
+        "snapshot_initial_delay_s": "seconds before the first snapshot (1)",
+        "snapshot_collect": "local | jobs: where node facts are collected",
+        "snapshot_readings": "JSON file of extra readings merged into each node's",
+        "actor": "who the snapshotter's own requests are made as",
+        "node_name": "the node name recorded for local collection",
+    },
+    "validator": {
+        "actor": "who the validator's check jobs are submitted as",
+        "catalog": "the recipe catalog directory",
+    },
+    "signer": {
+        "evidence_key": "key that signs evidence (made under the state dir when absent)",
+        "evidence_cosign_key": "a second key that co-signs every envelope",
+        "evidence_trust": "trust list submitted bundles are checked against",
+    },
+}
+"""The `-O key=value` options each service reads (key -> what it sets): `cairn run` refuses
+any other, so a misspelt option is an error rather than a default silently kept. A unit test
+holds this table to the keys the services' code reads."""
+
+
+def check_options(services: Sequence[str], options: Sequence[str]) -> dict[str, str]:
+    """The `-O KEY=VALUE` items as a mapping, each key one that a service of `services` reads.
+
+    Raises:
+        InvalidInput: an item without `=`, or a key none of them reads (naming the known ones).
+    """
+    known = {k for name in services for k in SERVICE_OPTIONS.get(name, {})}
+    parsed: dict[str, str] = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"{item!r}: write -O KEY=VALUE", field="-O")
+        if key not in known:
+            names = ", ".join(sorted(known)) or "none"
+            raise InvalidInput(f"unknown option {key!r} for {'+'.join(services)}; the options "
+                               f"they read: {names}", field="-O")
+        parsed[key] = value
+    return parsed
 
 
 @dataclass
@@ -290,7 +343,7 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], ServiceConfig]:
         site_config=a.site_config, federation=a.federation, state_dir=a.state_dir,
         creds=a.creds, tls_ca=a.tls_ca, tls_cert=a.tls_cert, tls_key=a.tls_key,
         heartbeat_s=a.heartbeat, log_level=a.log_level, log_format=a.log_format,
-        options=dict(o.split("=", 1) for o in a.option if "=" in o))
+        options=check_options(a.services, a.option))
     return list(dict.fromkeys(a.services)), config
 
 
