@@ -275,7 +275,7 @@ def test_job_show_and_watch_say_what_a_running_job_waits_for() -> None:
     assert note is not None
     assert "the server role finished at 12:00:10" in note
     assert f"up to {GRACE:g}s for site-a/client/0, site-b/client/1 to exit" in note
-    assert renderable(job).caption == note
+    assert renderable(job, 200)[0].caption == note
     events.append(exited("site-a", "client", 0, 0, 10.4))
     assert "for site-b/client/1 to exit" in (ending_note(fold(events)) or "")
     events.append(exited("site-b", "client", 1, 0, 10.5))
