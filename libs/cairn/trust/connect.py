@@ -14,6 +14,7 @@ from cairn.trust.permissions import inbox_prefix
 
 if TYPE_CHECKING:
     from cairn.bus import Bus
+    from cairn.trust.credentials import Identity
 
 
 def creds_options(path: str) -> dict[str, Any]:
@@ -37,6 +38,26 @@ def creds_options(path: str) -> dict[str, Any]:
             "inbox_prefix": inbox_prefix(public_key(seed))}
 
 
+def identity_of(path: str) -> Identity:
+    """Who a credentials file says its holder is (unverified: the authority verifies).
+
+    Raises:
+        InvalidInput: the file is not a Cairn credential.
+    """
+    import msgspec
+
+    from cairn.trust.credentials import Identity
+    from cairn.trust.nkeyjwt import peek_claims
+
+    try:
+        jwt, _ = read_creds(Path(path).read_text(encoding="utf-8"))
+        return msgspec.convert(peek_claims(jwt).get("cairn"), Identity)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read credentials: {exc.strerror}", file=path) from None
+    except (msgspec.ValidationError, CredentialError) as exc:
+        raise InvalidInput(f"not a Cairn credential: {exc}", file=path) from None
+
+
 def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
     """The consumer names a connection with this credentials file may use: (owner, names);
     no names for the hub, which may use any.
@@ -44,17 +65,10 @@ def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
     Raises:
         InvalidInput: the file is not a Cairn credential.
     """
-    import msgspec
-
     from cairn.subjects.table import EPHEMERAL_SLOTS, WORKER_SLOTS, consumer_owner, owned_names
-    from cairn.trust.credentials import Identity, Kind
-    from cairn.trust.nkeyjwt import peek_claims
+    from cairn.trust.credentials import Kind
 
-    jwt, _ = read_creds(Path(path).read_text(encoding="utf-8"))
-    try:
-        identity = msgspec.convert(peek_claims(jwt).get("cairn"), Identity)
-    except (msgspec.ValidationError, CredentialError) as exc:
-        raise InvalidInput(f"not a Cairn credential: {exc}", file=path) from None
+    identity = identity_of(path)
     owner = consumer_owner(identity.kind.value, identity.name, identity.site)
     if identity.kind is Kind.HUB:
         return owner, ()
