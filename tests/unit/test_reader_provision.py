@@ -102,7 +102,7 @@ def test_provisioning_a_reader_again_changes_nothing(root: Path) -> None:
 
 @pytest.mark.parametrize("name, field", [
     ("dashboard", "name"), ("a b@org-a", "name"), ("dash@Org", "name"), ("dash@org.x", "name"),
-    ("@org-a", "name"), ("dash@-org", "org"),
+    ("@org-a", "name"), ("dash@-org", "org"), ("d" * 200 + "@org-a", "name"),
 ])
 def test_a_reader_name_is_name_at_org(root: Path, name: str, field: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,6 +125,11 @@ def test_a_bad_study_or_folder_is_refused(root: Path, tmp_path: Path,
                 "--out", full) == 6
     assert "not empty" in capsys.readouterr().err
     assert (full / "keep.txt").read_text() == "mine"
+    (root / "ca" / "ca.pem").unlink()
+    assert _cli("provision", "reader", "dash@org-a", "--study", "s1", "--root", root) == 4
+    err = capsys.readouterr().err
+    assert "ca.pem is missing" in err and "Traceback" not in err
+    assert not (root / "kits" / "dash@org-a").exists()
 
 
 def test_a_name_is_one_identitys_only(root: Path, capsys: pytest.CaptureFixture[str]) -> None:

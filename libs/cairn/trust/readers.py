@@ -46,6 +46,8 @@ from cairn.trust.permissions import inbox_prefix
 
 CREDS = "reader.creds"
 KIT_FILE = "kit.yaml"
+MAX_NAME = 128
+"""A reader's name is its kit's folder name too: well inside any file system's limit."""
 
 README = """# Cairn reader kit: {name}
 
@@ -118,9 +120,10 @@ def check_reader_name(name: str) -> str:
     """
     from cairn.spec.federation import ADMIN_NAME
 
-    if not isinstance(name, str) or not ADMIN_NAME.fullmatch(name):
+    if not isinstance(name, str) or len(name) > MAX_NAME or not ADMIN_NAME.fullmatch(name):
         raise InvalidInput(f"{name!r} is not a reader name: write it as name@org (e.g. "
-                           "dashboard@org-a), the org being who answers for the system",
+                           f"dashboard@org-a, at most {MAX_NAME} characters), the org "
+                           "being who answers for the system",
                            field="name")
     check_name(name.split("@", 1)[1], "org")
     return name
@@ -207,9 +210,10 @@ def reader_kit(root: Path, name: str, *, study: str, data: bool = False,
     check_reader_name(name)
     check_name(study, "study")
     root_key = root / "root" / "root.nk"
-    if not root_key.is_file():
-        raise NotFound(f"{root} is not a provisioning folder: {root_key} is missing (give "
-                       "the folder `cairn provision` wrote)", field="root")
+    for needed in (root_key, root / "ca" / "ca.pem", root / "root" / "root.pub"):
+        if not needed.is_file():
+            raise NotFound(f"{root} is not a provisioning folder: {needed} is missing (give "
+                           "the folder `cairn provision` wrote)", field="root")
     if _revoked(root, name):
         raise Conflict(f"{name} was revoked: a revoked name stays refused, so provision the "
                        "reader under a new name", field="name")
