@@ -2,12 +2,14 @@
 
 Central: `cairn provision federation.yaml --out DIR` makes everything. Distributed: the site
 runs `cairn provision request`, the project admin `cairn provision sign`, the site
-`cairn provision accept`; the site's private keys never leave it.
+`cairn provision accept`; the site's private keys never leave it. `cairn provision reader`
+makes the kit of an outside system that reads one study.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -138,9 +140,52 @@ def accept(jwt_file: Path, kit: Path, ca: Path, root_pub: Path, url: str,
     click.echo(f"{creds}: {identity.kind.value} {identity.name} (verified against the root)")
 
 
+@provision.command("reader", help=(
+    "Write the startup kit of a reader: an outside system that may read one study's event "
+    "stream (with --data also its data plane and job files), and nothing else. NAME is "
+    "name@org and must be no other identity's name. Run again: an existing reader is left "
+    "as it is. Revoke it with `cairn provision revoke NAME`. See docs/events.md."))
+@click.argument("name")
+@click.option("--study", required=True, metavar="STUDY", help="The one study it reads.")
+@click.option("--data", is_flag=True,
+              help="Also the study's data plane (`DATA_<study>`) and job files (`FILES_<study>`).")
+@click.option("--root", "root_dir", required=True,
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="The provisioning folder (`--out` of `cairn provision`; `.cairn/trust` "
+                   "of `cairn up`).")
+@click.option("--out", "out", default=None, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write the kit (default ROOT/kits/NAME, where its record stays "
+                   "in any case).")
+@click.option("--url", default=None, metavar="URL",
+              help="The federation's NATS URL as the reader reaches it (default: the URL in "
+                   "ROOT's other kits).")
+@output_option()
+def reader(name: str, study: str, data: bool, root_dir: Path, out: Path | None,
+           url: str | None, output: str) -> None:
+    from cairn.trust.readers import reader_kit
+
+    kit = reader_kit(root_dir, name, study=study, data=data, out=out, url=url)
+    meta = kit.meta
+    result = {"name": name, "study": meta.get("study"), "data": bool(meta.get("data")),
+              "made": kit.made, "kit": str(kit.dir), "creds": str(kit.creds),
+              "context": str(kit.context),
+              "streams": [s["name"] for s in meta.get("streams", [])]}
+
+    def table(d: dict[str, Any]) -> None:
+        reads = "events, data plane and job files" if d["data"] else "events"
+        state = "new" if d["made"] else "exists already, left as it was"
+        click.echo(f"reader {name} ({state}): reads study {d['study']}'s {reads}")
+        click.echo(f"  kit:     {d['kit']}")
+        click.echo(f"  streams: {', '.join(d['streams'])}")
+        click.echo(f"  try it:  CAIRN_CONTEXT={d['context']} cairn events tail")
+
+    emit(result, output, table)
+
+
 @provision.command("revoke", help=(
-    "Refuse a site, admin or worker launch id from now on; the authority applies it within "
-    "a second and disconnects it."))
+    "Refuse a site, admin, reader or worker launch id from now on; the authority applies it "
+    "within a second and disconnects it."))
 @click.argument("name")
 @click.option("--root", "root_dir", required=True,
               type=click.Path(file_okay=False, exists=True, path_type=Path),

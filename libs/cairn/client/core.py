@@ -36,6 +36,7 @@ from cairn.client.history import study_events, study_replay
 from cairn.client.jobrequest import JobRequest, request_of_spec, request_of_submitted
 from cairn.client.logs import LogChunk, worker_logs
 from cairn.client.payload import check_fits
+from cairn.client.readers import refuse_if_reader
 from cairn.client.timeline import TimelineEntry
 from cairn.errors import InvalidInput, NotFound, Timeout
 from cairn.events import StudyAdmin
@@ -129,9 +130,15 @@ class Client:
     async def call(self, subject: str, request: api.Request, *, study: str | None = None
                    ) -> api.Result:
         """Send one typed request; return the reply's result or raise its typed error."""
+        self.may_ask(f"`{api.verb_of(request)}` is a request to the federation's services")
         envelope = api.Envelope(request=request, actor=self.actor, study=study)
         data = await self._bus.request(subject, self._payload(envelope), timeout=self.timeout)
         return api.decode_reply(data, subject=subject)
+
+    def may_ask(self, what: str) -> None:
+        """Refuse, before anything is sent, what a reader's session cannot ask
+        (`cairn.client.readers`); `what` says what it needs."""
+        refuse_if_reader(getattr(self._bus, "creds", None), what)
 
     def _payload(self, envelope: api.Envelope) -> bytes:
         """The bytes sent for `envelope`: signed with the connection's credential key when
@@ -201,6 +208,7 @@ class Client:
             InvalidInput: the spec or a set is wrong (naming file, line and field), or it
                 would not fit in one bus message.
         """
+        self.may_ask("`submit` is a request to the coordinator")
         spec = apply_sets(load_job_spec(spec_path), sets, file=str(spec_path))
         study = spec.study or self.study
         packed = bundle.pack(spec.code)
@@ -215,6 +223,7 @@ class Client:
 
     async def upload(self, data: bytes, *, study: str | None = None) -> str:
         """Store bytes in the study's artifacts, content-addressed; returns the sha256."""
+        self.may_ask("uploading a code bundle writes the study's artifacts")
         store = await objects(self._bus, subjects.obj_artifacts(study or self.study))
         return await store.put(data)
 
@@ -334,6 +343,7 @@ class Client:
         """A fresh snapshot of `site`, taken by its snapshotter (and recorded in FEDERATION)."""
         from cairn.snapshot.remote import ask
 
+        self.may_ask("a snapshot is a request to the site's snapshotter")
         return await ask(self._bus, site, timeout)
 
     async def validate(self, site: str, recipe: str, *, fresh: bool = True,
@@ -355,6 +365,7 @@ class Client:
         """Evidence verbs: latest bundle, a recipe's bundles, eligibility, submit, receipts."""
         from cairn.client.evidence import EvidenceClient
 
+        self.may_ask("evidence is read from the federation's streams and the coordinator")
         return EvidenceClient(self._bus, self.call)
 
     # -- the study stream -----------------------------------------------------------------
@@ -381,12 +392,15 @@ class Client:
     # -- dead letters (federation-wide; see cairn.client.deadletters) ----------------------------
 
     async def dead_letters(self) -> list[DeadLetter]:
+        self.may_ask("dead letters are the federation's")
         return await deadletters.list_all(self._bus)
 
     async def dead_letter(self, seq: int) -> DeadLetter:
+        self.may_ask("dead letters are the federation's")
         return await deadletters.read(self._bus, seq)
 
     async def redrive(self, seq: int) -> int:
+        self.may_ask("dead letters are the federation's")
         return await deadletters.redrive(self._bus, seq, publish_timeout=self.timeout)
 
 

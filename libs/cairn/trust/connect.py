@@ -12,6 +12,7 @@ from cairn.trust.permissions import inbox_prefix
 
 if TYPE_CHECKING:
     from cairn.bus import Bus
+    from cairn.trust.credentials import Identity
 
 
 def creds_options(path: str) -> dict[str, Any]:
@@ -28,9 +29,8 @@ def creds_options(path: str) -> dict[str, Any]:
             "inbox_prefix": inbox_prefix(public_key(seed))}
 
 
-def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
-    """The consumer names a connection with this credentials file may use: (owner, names);
-    no names for the hub, which may use any.
+def identity_of(path: str) -> Identity:
+    """Who a credentials file says its holder is (unverified: the authority verifies).
 
     Raises:
         InvalidInput: the file is not a Cairn credential.
@@ -38,15 +38,27 @@ def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
     import msgspec
 
     from cairn.errors import InvalidInput
-    from cairn.subjects.table import EPHEMERAL_SLOTS, WORKER_SLOTS, consumer_owner, owned_names
-    from cairn.trust.credentials import Identity, Kind
+    from cairn.trust.credentials import Identity
     from cairn.trust.nkeyjwt import CredentialError, peek_claims
 
-    jwt, _ = read_creds_file(path)
+    jwt, _ = read_creds_file(path)  # bounded; InvalidInput names what is wrong
     try:
-        identity = msgspec.convert(peek_claims(jwt).get("cairn"), Identity)
+        return msgspec.convert(peek_claims(jwt).get("cairn"), Identity)
     except (msgspec.ValidationError, CredentialError) as exc:
         raise InvalidInput(f"not a Cairn credential: {exc}", file=path) from None
+
+
+def consumer_names(path: str) -> tuple[str, tuple[str, ...]]:
+    """The consumer names a connection with this credentials file may use: (owner, names);
+    no names for the hub, which may use any.
+
+    Raises:
+        InvalidInput: the file is not a Cairn credential.
+    """
+    from cairn.subjects.table import EPHEMERAL_SLOTS, WORKER_SLOTS, consumer_owner, owned_names
+    from cairn.trust.credentials import Kind
+
+    identity = identity_of(path)
     owner = consumer_owner(identity.kind.value, identity.name, identity.site)
     if identity.kind is Kind.HUB:
         return owner, ()

@@ -10,7 +10,8 @@
 Run again with more sites or admins in federation.yaml and only the missing kits are made:
 nothing that exists is rewritten, so nothing else needs a restart. Distributed: a site runs
 `cairn provision request` (keys made and kept at the site), the project admin `cairn
-provision sign` (signs the public keys), the site `cairn provision accept`.
+provision sign` (signs the public keys), the site `cairn provision accept`. Readers (outside
+systems reading one study) get theirs from `cairn provision reader` (`cairn.trust.readers`).
 """
 
 from __future__ import annotations
@@ -151,6 +152,26 @@ def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,
     return kit
 
 
+def _has_kit(out: Path, name: str, kinds: tuple[Kind, ...]) -> bool:
+    """Whether `name` has its kit already; a kit of another kind under that name (a reader
+    called like an admin) is refused, since revocation is by name.
+
+    Raises:
+        Conflict: the name's kit is another kind's.
+    """
+    kit = out / "kits" / name
+    if not kit.exists():
+        return False
+    meta = yaml.safe_load((kit / "kit.yaml").read_text()) if (kit / "kit.yaml").is_file() \
+        else None
+    kind = meta.get("kind") if isinstance(meta, dict) else None
+    if kind is not None and kind not in {k.value for k in kinds}:
+        raise Conflict(f"{name} is taken by the {kind} whose kit is {kit}; every "
+                       "identity's name is its own (revocation is by name): give the "
+                       f"{kinds[0].value} another name", field="name")
+    return True
+
+
 def provision(fed: Federation, out: Path, *, url: str, hosts: list[str], port: int,
               monitor_port: int = 0) -> list[Path]:
     """Write (or complete) the root of trust and every missing kit; returns new kits."""
@@ -159,7 +180,7 @@ def provision(fed: Federation, out: Path, *, url: str, hosts: list[str], port: i
                       monitor_port=monitor_port)
     made: list[Path] = []
     for site in fed.sites:
-        if (out / "kits" / site.name).exists():
+        if _has_kit(out, site.name, (Kind.HUB, Kind.SITE)):
             continue
         seed, signing = new_seed(KeyKind.USER), new_seed(KeyKind.ACCOUNT)
         kind = Kind.HUB if site.name == fed.hub else Kind.SITE
@@ -168,7 +189,7 @@ def provision(fed: Federation, out: Path, *, url: str, hosts: list[str], port: i
         made.append(_write_kit(out, identity, issue(identity, public_key(seed), root), seed,
                                url=url, federation=fed.federation, signing_seed=signing))
     for admin in fed.admins:
-        if (out / "kits" / admin.name).exists():
+        if _has_kit(out, admin.name, (Kind.ADMIN,)):
             continue
         seed = new_seed(KeyKind.USER)
         identity = Identity(kind=Kind.ADMIN, name=admin.name, org=admin.org,
@@ -183,7 +204,7 @@ def admin_kit(out: Path, name: str, *, org: str, role: str = "member", url: str,
     """The kit of admin `name`, made when missing (an admin added to a study after
     provisioning still needs a credential of its own to sign with)."""
     kit = out / "kits" / name
-    if kit.exists():
+    if _has_kit(out, name, (Kind.ADMIN,)):
         return kit
     from cairn.spec.federation import ADMIN_NAME
 
@@ -311,7 +332,8 @@ def accept_site(kit: Path, signed: SignedSite, *, url: str, federation: str) -> 
 # -- revocation --------------------------------------------------------------------------
 
 def revoke(out: Path, name: str) -> Path:
-    """Refuse an identity (a site, an admin, a worker's launch id) from now on, live."""
+    """Refuse an identity (a site, an admin, a reader, a worker's launch id) from now on,
+    live."""
     path = out / "authority" / "revoked.json"
     data = read_revoked(path) if path.exists() else {"names": [], "jtis": []}
     if name not in data["names"]:
