@@ -23,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 GENERATED = ("cli.md",)
-KINDS = ("sh", "python", "yaml", "json", "text")
+KINDS = ("sh", "python", "yaml", "json", "text", "js")
+"""`js`: a JavaScript client; run by the test of its own page (test_reader_docs.py)."""
 RUNNABLE = ("sh", "python")
 NOT_RUN = re.compile(r"#\s*not run\b:?\s*(.*)")
 _FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
