@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from cairn.bus import Bus
+from cairn.subjects.table import SYS_CONNZ
 from cairn.trust.authority import Connection
 from cairn.trust.credentials import Identity
 from cairn.trust.natsconfig import APP_ACCOUNT
@@ -27,7 +28,7 @@ from cairn.trust.permissions import Permissions
 log = logging.getLogger("cairn.authority")
 
 BUCKET = "authority"
-CONNZ = "$SYS.REQ.SERVER.PING.CONNZ"
+CONNZ = SYS_CONNZ
 PAGE = 1024
 GATHER_S = 1.0
 

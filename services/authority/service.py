@@ -30,6 +30,7 @@ import msgspec
 from cairn import subjects
 from cairn.authority.connections import Records, live_connections
 from cairn.bus import Bus, decode_event, kv, objects, replay
+from cairn.errors import CairnError
 from cairn.events import (
     STUDY_DECODER,
     Heartbeat,
@@ -43,22 +44,27 @@ from cairn.events import (
     StudySiteRemoved,
     WorkerExited,
 )
+from cairn.files import read_text
 from cairn.runtime.context import tls_context
 from cairn.spec.federation import Federation
 from cairn.spec.runtime import VALIDATION_STUDY
 from cairn.state import study as study_state
+from cairn.subjects.table import SYS_AUTH_CALLOUT, sys_disconnects, sys_kick
 from cairn.trust.authority import SESSION_S, Authorizer, Connection
 from cairn.trust.credentials import Kind
-from cairn.trust.nkeyjwt import public_key
+from cairn.trust.natsconfig import APP_ACCOUNT
+from cairn.trust.nkeyjwt import public_key, read_roots_file
 from cairn.trust.permissions import Membership
 
 log = logging.getLogger("cairn.authority")
 
-AUTH_SUBJECT = "$SYS.REQ.USER.AUTH"
-DISCONNECT_EVENTS = "$SYS.ACCOUNT.APP.DISCONNECT"
+AUTH_SUBJECT = SYS_AUTH_CALLOUT
+DISCONNECT_EVENTS = sys_disconnects(APP_ACCOUNT)
 REVOCATION_POLL_S = 0.5
 END_VERBS = ("completed", "failed", "aborted")
 SWEEP_DELAY_S = 0.3
+REVOCATIONS_MAX_BYTES = 16 * 1024 * 1024
+SEED_MAX_BYTES = 4096
 RENEW_FRACTION = 0.2
 """A connection is asked to renew once less than this part of its session is left."""
 
@@ -71,10 +77,11 @@ class AuthorityService:
         self.kit = kit
         self.nats_url = nats_url
         self.federation = federation
-        roots = frozenset((kit / "roots.txt").read_text().split())
+        # Every file of the kit read bounded (`cairn.files`): one message, never a hang.
+        roots = read_roots_file(kit / "roots.txt")
         self.authorizer = Authorizer(roots=roots, session_s=session_s,
-                                     issuer_seed=(kit / "account.nk").read_text().strip())
-        self.reader_key = public_key((kit / "reader.nk").read_text().strip())
+                                     issuer_seed=_seed(kit / "account.nk"))
+        self.reader_key = public_key(_seed(kit / "reader.nk"))
         self.records: Records | None = None
         self.studies: dict[str, study_state.StudyState] = {}
         self.connections: dict[tuple[str, int], Connection] = {}
@@ -325,7 +332,7 @@ class AuthorityService:
 
     async def _kick_cid(self, server_id: str, client_id: int, why: str) -> None:
         assert self._sys is not None
-        subject = f"$SYS.REQ.SERVER.{server_id}.KICK"
+        subject = sys_kick(server_id)
         try:
             await self._sys.request(subject, json.dumps({"cid": client_id}).encode(),
                                     timeout=2.0)
@@ -354,8 +361,10 @@ class AuthorityService:
             return False
         self._revocations_mtime = mtime
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            data = json.loads(read_text(path, limit=REVOCATIONS_MAX_BYTES))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except (CairnError, OSError, ValueError) as exc:
             log.error("%s: cannot read revocations (%s); keeping the previous ones", path, exc)
             return False
         self.authorizer.revoked_names |= set(data.get("names", []))
@@ -367,6 +376,10 @@ class AuthorityService:
             await asyncio.sleep(REVOCATION_POLL_S)
             if self._load_revocations():
                 self._sweep.set()
+
+
+def _seed(path: Path) -> str:
+    return read_text(path, limit=SEED_MAX_BYTES).strip()
 
 
 class _NoOrg:

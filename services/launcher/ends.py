@@ -19,6 +19,7 @@ from cairn.launcher.records import kv_key
 from cairn.launcher.unreportable import dead_letter
 from cairn.state import launch as launch_state
 from cairn.state.launch import LaunchState
+from cairn.subjects.table import kv_subject
 
 if TYPE_CHECKING:
     from cairn.launcher.service import LauncherService
@@ -127,7 +128,7 @@ class WorkerEnds:
         key = kv_key(launch.launch_id)
         bucket = subjects.kv_launches(self.svc.site)
         if not await dead_letter(self.svc.bus, site=self.svc.site, store=f"KV_{bucket}",
-                                 subject=f"$KV.{bucket}.{key}", key=key, seq=0,
+                                 subject=kv_subject(bucket, key), key=key, seq=0,
                                  data=encode(record), headers=None, why=why):
             return  # the next start tries again
         if result is None and record.handle is not None and self.svc.backend is not None:

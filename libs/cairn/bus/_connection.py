@@ -24,6 +24,7 @@ from cairn.bus._streams import ensure_stream
 from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
 from cairn.events import Event, encode
 from cairn.subjects import StreamSpec
+from cairn.subjects.table import js_api
 
 log = logging.getLogger("cairn.bus")
 
@@ -230,7 +231,7 @@ class Bus:
         names: list[str] = []
         offset = 0
         while True:
-            msg = await self.nc.request("$JS.API.STREAM.NAMES",
+            msg = await self.nc.request(js_api("STREAM", "NAMES"),
                                         msgspec.json.encode({"offset": offset}), timeout=5.0)
             page = msgspec.json.decode(msg.data)
             found = [n for n in page.get("streams") or [] if isinstance(n, str)]

@@ -34,6 +34,7 @@ from cairn import subjects
 from cairn.bus._connection import Bus
 from cairn.bus._consumers import create_ephemeral, delete_consumer
 from cairn.errors import InvalidInput, NotFound
+from cairn.subjects.table import obj_chunk_subject, obj_meta_subject
 
 CHUNK = 128 * 1024
 WINDOW = 64
@@ -53,10 +54,10 @@ class Layout:
 
 def object_store_layout(bucket: str) -> Layout:
     def meta(name: str) -> str:
-        return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+        return obj_meta_subject(bucket, base64.urlsafe_b64encode(name.encode()).decode())
 
     def chunks(_name: str, nuid: str) -> str:
-        return f"$O.{bucket}.C.{nuid}"
+        return obj_chunk_subject(bucket, nuid)
 
     return Layout(stream=subjects.obj_stream(bucket), bucket=bucket, meta=meta, chunks=chunks)
 

@@ -15,6 +15,7 @@ from cairn.bus._poisoned import Skipper, UndecodableRecord
 from cairn.bus._replay import Replayed, replay
 from cairn.errors import NotFound
 from cairn.events.decoding import decode_with
+from cairn.subjects.table import kv_subject
 
 T = TypeVar("T")
 log = logging.getLogger("cairn.bus")
@@ -53,7 +54,7 @@ class KV(Generic[T]):
             record = UndecodableRecord(f"KV {self._bucket} key {key}: {exc}",
                                        store=f"KV_{self._bucket}", key=key,
                                        seq=int(entry.revision or 0), data=bytes(entry.value),
-                                       subject=f"$KV.{self._bucket}.{key}")
+                                       subject=kv_subject(self._bucket, key))
             log.warning("skipping an undecodable entry: %s", record.message)
             if self._on_undecodable is not None:
                 await self._on_undecodable(record)
@@ -65,7 +66,7 @@ class KV(Generic[T]):
     async def keys(self) -> list[str]:
         """Every key with a value now (deleted and purged ones are not)."""
         assert self._bus is not None
-        prefix = f"$KV.{self._bucket}."
+        prefix = kv_subject(self._bucket, "")
         keys = []
         items: AsyncIterator[Replayed[None]] = replay(
             self._bus, subjects.kv_stream(self._bucket), None, filters=[f"{prefix}>"],

@@ -578,3 +578,33 @@ def js_stream(verb: str, stream: str, subject: str | None = None) -> str:
     """`STREAM.INFO`, `STREAM.MSG.GET`, `DIRECT.GET` (last by `subject`) of one stream."""
     base = js_api(*verb.split("."), stream)
     return f"{base}.{subject}" if subject else base
+
+
+# -- KV and object-store subjects, and the system account's -----------------------------------
+
+def kv_subject(bucket: str, key: str = ">") -> str:
+    """A KV bucket's key subject (`$KV.<bucket>.<key>`), or all of them."""
+    return f"$KV.{bucket}.{key}"
+
+
+def obj_meta_subject(bucket: str, name_token: str = ">") -> str:
+    """An object store's meta record subject (the name base64url-encoded by the caller)."""
+    return f"$O.{bucket}.M.{name_token}"
+
+
+def obj_chunk_subject(bucket: str, nuid: str = ">") -> str:
+    return f"$O.{bucket}.C.{nuid}"
+
+
+SYS_AUTH_CALLOUT = "$SYS.REQ.USER.AUTH"
+"""Where the server asks the authority to decide a connection."""
+SYS_CONNZ = "$SYS.REQ.SERVER.PING.CONNZ"
+"""Every server's connections (the authority re-learns them at start)."""
+
+
+def sys_disconnects(account: str) -> str:
+    return f"$SYS.ACCOUNT.{account}.DISCONNECT"
+
+
+def sys_kick(server_id: str) -> str:
+    return f"$SYS.REQ.SERVER.{server_id}.KICK"

@@ -40,6 +40,7 @@ from cairn.subjects.table import (
     js_consumer,
     js_consumer_create,
     js_stream,
+    obj_meta_subject,
     owned_names,
 )
 from cairn.trust.credentials import Identity, Kind
@@ -174,7 +175,7 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
                     pub.append(js_stream("STREAM.INFO", name))
                     if name.startswith("OBJ_"):
                         bucket = name.removeprefix("OBJ_")
-                        pub.append(js_stream("DIRECT.GET", name, f"$O.{bucket}.M.>"))
+                        pub.append(js_stream("DIRECT.GET", name, obj_meta_subject(bucket)))
     for stream in STREAMS:
         for read in stream.reads:
             for access in _mine((read.access,), holder):
@@ -212,7 +213,7 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
         # The hub makes and keeps the federation's streams and buckets, and runs services
         # that read them with JetStream's own helpers (ordered consumers): all of JetStream's
         # API, which covers every grant of it above.
-        pub = [p for p in pub if not p.startswith(("$JS.API.", "$JS.ACK."))]
+        pub = [p for p in pub if not p.startswith((js_api(""), "$JS.ACK."))]
         pub += [js_api(">"), "$JS.ACK.>", "$JS.FC.>"]
     return _unique(pub), _unique(sub)
 
