@@ -104,12 +104,12 @@ def _in_folder(name: str) -> Callable[[World, Path, Path], Path]:
 
 # name -> argv, with {bad} the hostile file (or folder holding it) and the world's files.
 COMMANDS: dict[str, Callable[[World, str], list[str]]] = {
-    "provision-federation": lambda w, bad: ["provision", bad, "-o", str(w.root / "new-out")],
+    "provision-federation": lambda w, bad: ["provision", bad, "--out", str(w.root / "new-out")],
     "sign-request": lambda w, bad: ["provision", "sign", bad, "--root", str(w.out),
-                                    "--federation", str(w.fed), "-o", str(w.root / "x.jwt")],
+                                    "--federation", str(w.fed), "--out", str(w.root / "x.jwt")],
     "sign-federation": lambda w, bad: ["provision", "sign", str(w.request), "--root",
                                        str(w.out), "--federation", bad,
-                                       "-o", str(w.root / "x.jwt")],
+                                       "--out", str(w.root / "x.jwt")],
     "accept-jwt": lambda w, bad: ["provision", "accept", bad, "-k", str(w.kit), "--ca",
                                   str(w.out / "ca" / "ca.pem"), "--root-pub",
                                   str(w.out / "root" / "root.pub"), "--url", "tls://x:1"],
