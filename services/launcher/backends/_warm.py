@@ -192,14 +192,18 @@ class Zygote:
         return bool(_top_level_names(roots) & self.modules)
 
     async def spawn(self, argv: list[str], env: dict[str, str], workdir: Path,
-                    cpus: list[int], limit: MemoryLimit) -> tuple[int, int] | None:
-        """Start the worker from the zygote: (wrapper pid, its start ticks), or None when
-        this launch must be exec'd instead."""
+                    cpus: list[int], limit: MemoryLimit, *, uid: int | None = None,
+                    sandbox: list[str] | None = None,
+                    holder: str = "cat") -> tuple[int, int] | None:
+        """Start the worker from the zygote: (session leader pid, its start ticks), or None
+        when this launch must be exec'd instead. With `sandbox` (bwrap and its options), in
+        that sandbox, which `holder` keeps open (see `_nsjoin`); with `uid`, under it."""
         request = {
             "exit_path": str(exit_path(workdir)), "cwd": str(workdir),
             "cpus": ",".join(str(c) for c in cpus) or "-",
             "cgroup_procs": limit.cgroup_procs or "-",
             "rlimit_as": str(limit.rlimit_as) if limit.rlimit_as else "-",
+            "uid": "-" if uid is None else str(uid), "sandbox": sandbox, "holder": holder,
             "log_path": str(workdir / LOG_NAME), "argv": argv, "env": env,
         }
         if limit.rlimit_as or not self.plain_python(argv, env, workdir):
