@@ -39,7 +39,7 @@ from cairn.launcher.backends.base import (
     capability_names,
     load_backend,
 )
-from cairn.launcher.backends.errors import ImageNotApproved
+from cairn.launcher.backends.errors import ImageNotApproved, StudyRefused
 from cairn.launcher.inputs import code_bundle, read_from, resolve_secrets
 from cairn.launcher.records import LaunchRecord, kv_key
 from cairn.runtime.service import Runtime, ServiceConfig
@@ -82,7 +82,10 @@ class LauncherService:
 
     def health(self) -> dict[str, Any]:
         running = len(self.launches.live())
-        return {"backend": self.site_cfg.backend, "workers": running}
+        # The process backend says how its workers are isolated (sandbox, worker uids).
+        own = getattr(self.backend, "health", None)
+        return {"backend": self.site_cfg.backend, "workers": running,
+                **(own() if callable(own) else {})}
 
     async def start(self, rt: Runtime) -> None:
         try:
@@ -96,11 +99,16 @@ class LauncherService:
         options: dict[str, Any] = {"workdir": self.workdir}
         if self.site_cfg.backend == "process":
             options["warm"] = True  # Python workers start from a warm interpreter
+            process = self.site_cfg.process  # site.yaml: sandbox and worker uids
+            options.update(sandbox=process.sandbox, worker_uids=process.worker_uids,
+                           read_only=process.read_only, protected=self._protected())
         if self.site_cfg.backend == "slurm":
             options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
         if self.site_cfg.backend == "kubernetes":
             options["cluster"] = self.site_cfg.kubernetes  # site.yaml: how to reach the API
         self.backend = load_backend(self.site_cfg.backend, **options)
+        if (isolation := getattr(self.backend, "isolation", None)) is not None:
+            (log.info if isolation.isolated else log.warning)("%s", isolation.summary())
         await rt.bus.ensure_site(self.site)
         self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord,
                             on_undecodable=skipper(rt.bus, site=self.site, service="launcher"))
@@ -117,6 +125,14 @@ class LauncherService:
                          handler=self._on_command)
         await rt.serve_api(subjects.site_logs(self.site), self._serve_logs)
         self._ready = True
+
+    def _protected(self) -> list[str]:
+        """What no worker may see: this launcher's credentials and TLS files, its site
+        config and the folder of its study_runtime.yaml (`local/`)."""
+        config = self.config
+        paths = [config.creds, config.tls_cert, config.tls_key, config.site_config,
+                 str(Path(self.site_cfg.runtime).parent)]
+        return [p for p in paths if p]
 
     async def stop(self) -> None:
         self._ready = False
@@ -215,11 +231,11 @@ class LauncherService:
             spec = await self._spec(req)
             handle = await self.backend.launch(spec)
         except CairnError as exc:
-            refused = isinstance(exc, ImageNotApproved)
+            cause = exc.code if isinstance(exc, ImageNotApproved | StudyRefused) else \
+                "launch-failed"
             await self._report(launch, WorkerExit(
-                launch_id=req.launch_id, exit_code=None,
-                cause="image-not-approved" if refused else "launch-failed", message=str(exc),
-                ended_at=now()))
+                launch_id=req.launch_id, exit_code=None, cause=cause,  # type: ignore[arg-type]
+                message=str(exc), ended_at=now()))
             return
         running = WorkerRunning(**self._event_base(launch, "running"),
                                 native_id=handle.native_id, allocation=WorkerAllocation(
@@ -264,7 +280,13 @@ class LauncherService:
             gpus=list(req.gpus), millicpus=req.resources.millicpus,
             memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
             image=req.image or "", platform=dict(req.platform or {}),
-            gpus_requested=req.resources.gpus, nodes=req.nodes)
+            gpus_requested=req.resources.gpus, nodes=req.nodes,
+            trusted_code=self._trusted_code(req.study or ""))
+
+    def _trusted_code(self, study: str) -> bool:
+        """study_runtime.yaml's `trusted_code` for the study (the file `_guard` just read)."""
+        policy = self._runtime_good.studies.get(study) if self._runtime_good else None
+        return bool(policy and policy.trusted_code)
 
     async def _guard(self, req: LaunchRequested) -> None:
         """Defence in depth: only what this site's study_runtime.yaml gives the study, and
