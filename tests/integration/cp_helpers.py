@@ -73,6 +73,31 @@ async def rewrite_runtime(fed: EmbeddedFederation, site: str, studies: dict[str,
         await bus.close()
 
 
+def worker_dirs(fed: EmbeddedFederation, job_id: str, site: str = "*") -> list[Path]:
+    """The working directories of a job's workers (at one site, or all), as the host sees
+    them: how a test and a sandboxed worker, which sees nothing else of the host, meet."""
+    return sorted(fed.dir.glob(f"sites/{site}/work/workers/{job_id}_*"))
+
+
+async def worker_files(fed: EmbeddedFederation, job_id: str, name: str, count: int = 1,
+                       timeout_s: float = 60.0) -> list[Path]:
+    """The files called `name` the job's workers left in their folders, once `count` have."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        found = [p for folder in worker_dirs(fed, job_id) if (p := folder / name).exists()]
+        if len(found) >= count:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{count} worker(s) of {job_id} never left {name!r}")
+        await asyncio.sleep(0.1)
+
+
+def release_workers(fed: EmbeddedFederation, job_id: str, name: str = "release") -> None:
+    """Leave `name` in every worker folder of the job (workers poll their folder for it)."""
+    for folder in worker_dirs(fed, job_id):
+        (folder / name).touch()
+
+
 def default_policy(fed: EmbeddedFederation, site: str) -> dict[str, Any]:
     path = fed.site_dir(site) / "local" / "study_runtime.yaml"
     data: dict[str, Any] = yaml.safe_load(path.read_text())["studies"]["demo"]
