@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,35 @@ def release_workers(fed: EmbeddedFederation, job_id: str, name: str = "release")
     """Leave `name` in every worker folder of the job (workers poll their folder for it)."""
     for folder in worker_dirs(fed, job_id):
         (folder / name).touch()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+
+
+def worker_process(launched: int) -> int | None:
+    """The host pid of the job's own process under the one a launcher started (a worker's
+    `native_id`): in a sandbox (bwrap, its init, the wrapper) the first one under a uid of
+    its own; unsandboxed, the wrapper's child."""
+    level = _children(launched)
+    while level:
+        for pid in level:
+            if _uid(pid) not in (None, os.getuid()):
+                return pid
+        level = [child for pid in level for child in _children(pid)]
+    children = _children(launched)
+    return children[0] if children else None
 
 
 def default_policy(fed: EmbeddedFederation, site: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from cairn import events as ev
 from cairn.client import Client
 from cairn.launcher.backends.process import memory_limit_mechanism
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cp_helpers import study_events, write_job
+from tests.integration.cp_helpers import study_events, worker_process, write_job
 
 SLEEPER = """\
 import os, pathlib, sys, time
@@ -64,27 +64,25 @@ def alive(pid: int) -> bool:
         return False
 
 
-def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2) -> list[int]:
-    """Pids the workers wrote on their first line (waits until `count` did)."""
-    pids: list[int] = []
+async def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2) -> list[int]:
+    """Host pids of the job's own processes, once `count` workers wrote their first line
+    (a worker's own `os.getpid()` is its sandbox's, not the host's)."""
     for _ in range(100):
-        pids = []
-        for site in fed.sites:
-            for started in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started"):
-                text = started.read_text()
-                if text:
-                    pids.append(int(text))
-        if len(pids) >= count:
+        started = [p for site in fed.sites
+                   for p in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started")
+                   if p.read_text()]
+        if len(started) >= count:
             break
-        time.sleep(0.05)  # bounded: 100 looks
-    return pids
+        await asyncio.sleep(0.05)  # bounded: 100 looks
+    running = [e for e in await study_events(fed, job=job_id) if isinstance(e, ev.WorkerRunning)]
+    return [pid for e in running if (pid := worker_process(int(e.native_id))) is not None]
 
 
 async def test_cancel_reaches_every_worker_as_sigterm(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     job_id = await client.submit(write_job(job_dir, script=TERM_RECORDER))
     await wait_running(client, job_id)
-    pids = worker_pids(federation, job_id)
+    pids = await worker_pids(federation, job_id)
     assert len(pids) == 2
     await client.cancel(job_id)
     final = await client.wait(job_id, timeout=60)
@@ -147,7 +145,8 @@ async def _kill_site_parent_mid_job(federation: EmbeddedFederation, client: Clie
                                     job_dir: Path) -> None:
     job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(4)))
     await wait_running(client, job_id)
-    pids = worker_pids(federation, job_id)
+    pids = await worker_pids(federation, job_id)
+    assert len(pids) == 2
     federation.kill("site-site-a")  # the agent and the launcher of site-a, by SIGKILL
     await asyncio.sleep(0.5)
     assert all(alive(p) for p in pids), "workers outlive their parent"

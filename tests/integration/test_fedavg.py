@@ -25,6 +25,7 @@ from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.fixtures.federation import connect, make_federation
+from tests.integration.cp_helpers import worker_process
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "fedavg"
@@ -92,29 +93,9 @@ async def kill_client(fed: EmbeddedFederation, job_id: str, site: str) -> None:
     finally:
         await bus.close()
     assert running and isinstance(running[0], ev.WorkerRunning)
-    worker = _worker_under(int(running[0].native_id))
+    worker = worker_process(int(running[0].native_id))
     assert worker, f"the worker at {site} has no process under its wrapper"
     os.kill(worker, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-
-
-def _worker_under(pid: int) -> int | None:
-    """The job's own process under the launched one: in a sandbox (bwrap, its init, the
-    wrapper) the first one under a worker uid of its own; else the wrapper's child."""
-    level = [int(child) for child in _children(pid)]
-    while level:
-        for found in level:
-            status = Path(f"/proc/{found}/status").read_text()
-            uid = int(next(line for line in status.splitlines() if line.startswith("Uid:"))
-                      .split()[1])
-            if uid != os.getuid():
-                return found
-        level = [int(child) for found in level for child in _children(found)]
-    children = _children(pid)
-    return int(children[0]) if children else None
 
 
 async def wait_for_round(client: Client, job_id: str, rnd: int, timeout: float = 60) -> None:
