@@ -6,8 +6,9 @@ knows the layout of `cairn up` would guess them), each hostile worker tries to r
 kit's credentials, its own site's kit and signing key, the root seed, the site parent's
 `/proc/<pid>/cmdline` and `environ`, the site's `local/` files and site.yaml, the site's
 worker folders and a victim's secret file and environment, and every other process's
-environment it can find by itself; it reports what it read as its result, then swaps its log
-for a link to the hub's credentials. It reads nothing, and `cairn job logs` leaks nothing.
+environment it can find by itself; it swaps its log for a link to the hub's credentials
+where it can, and reports what it read as its result. It reads nothing, and `cairn job logs`
+leaks nothing.
 
 The control: the same job on a site that isolates nothing (`sandbox: none, worker_uids:
 none`, the study marked `trusted_code`) reads the secrets; and a study not marked trusted is
@@ -16,6 +17,7 @@ refused there, with cause `site-policy`, and the launcher says so in its health.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from tests.integration.cp_helpers import (
 )
 
 HOSTILE = '''\
-import json, os
+import asyncio, os
 from cairn.worker import Worker, main
 
 def tried(path):
@@ -60,10 +62,19 @@ async def run(w: Worker) -> None:
                and (got := tried(f"/proc/{pid}/environ"))}
     own = {"creds": tried(os.environ["CAIRN_CREDS_FILE"]) is not None,
            "data": tried(os.environ["CAIRN_DATA"]), "folder": os.path.basename(os.getcwd())}
-    await w.result({"read": read, "environ": environ, "own": own})
-    # Last, its log becomes a link to the hub's credentials: `cairn job logs` reads it.
-    os.rename("worker.log", "worker.log.was")
-    os.symlink(targets["hub kit creds"], "worker.log")
+    # Its log becomes a link to the hub's credentials, where it may: `cairn job logs` reads it.
+    try:
+        os.rename("worker.log", "worker.log.was")
+        os.symlink(targets["hub kit creds"], "worker.log")
+        swapped = True
+    except OSError:
+        swapped = False
+    await w.result({"read": read, "environ": environ, "own": own, "swapped_log": swapped})
+    # The job ends with its server: that one stays until the test has every report.
+    for _ in range(1200 if os.environ["CAIRN_ROLE"] == "server" else 0):
+        if os.path.exists("release"):
+            break
+        await asyncio.sleep(0.1)
 
 main(run)
 '''
@@ -162,15 +173,28 @@ async def _hostile_run(fed: EmbeddedFederation, client: Client, tmp_path: Path
         hostile = await client.submit(write_job(tmp_path / "hostile", name="hostile",
                                                 script=HOSTILE, roles=ROLES,
                                                 extra=f"params: {params}\n"))
+        results = await _reports(client, hostile)
+        release_workers(fed, hostile)
         final = await client.wait(hostile, timeout=120)
         assert final.state == "completed", (final.cause, final.message, final.workers)
     finally:
         release_workers(fed, victim)
-    results = {r.site: r.value for r in final.results}
     logs: dict[str, bytes] = {}
     async for chunk in client.logs(hostile):
         logs[chunk.site] = logs.get(chunk.site, b"") + chunk.data
     return results, logs
+
+
+async def _reports(client: Client, job: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Each site's hostile report (its result), once every site has sent one."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        state = await client.job(job)
+        results = {r.site: r.value for r in state.results}
+        if set(results) >= set(SITES):
+            return results
+        assert not state.terminal and asyncio.get_running_loop().time() < deadline, state
+        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -202,8 +226,14 @@ async def test_a_hostile_job_reads_nothing_of_its_sites(
         assert report["environ"] == {}, (site, report["environ"])
         # Not a worker that could read nothing at all: its own credential and data it can.
         assert report["own"]["creds"] and report["own"]["data"] == ["shared"], report["own"]
-    hub_creds = federation.trust.creds(federation.hub).read_text()  # type: ignore[union-attr]
-    seed = hub_creds.split("-----BEGIN USER NKEY SEED-----")[1].split()[0]
+        # Under a uid of its own it cannot even swap its log (it is the launcher's file).
+        assert report["swapped_log"] is False
+    _no_seed_in(federation, logs)
+
+
+def _no_seed_in(fed: EmbeddedFederation, logs: dict[str, bytes]) -> None:
+    assert fed.trust is not None
+    seed = fed.trust.creds(fed.hub).read_text().split("SEED-----")[1].split()[0]
     for site, text in logs.items():
         assert seed.encode() not in text, f"the hub's seed leaked through {site}'s log"
 
@@ -217,9 +247,12 @@ async def test_without_isolation_the_same_job_reads_the_secrets(
         await rewrite_runtime(open_fed, site, {"demo": {**policy, "trusted_code": True}})
     client = await connect(open_fed)
     try:
-        results, _ = await _hostile_run(open_fed, client, tmp_path)
+        results, logs = await _hostile_run(open_fed, client, tmp_path)
     finally:
         await client.close()
+    # What the launcher itself reads back follows no link, isolated or not.
+    assert all(report["swapped_log"] for report in results.values())
+    _no_seed_in(open_fed, logs)
     for site, report in results.items():
         read = report["read"]
         assert {"hub kit creds", "root seed", "site parent environ", "victim file",

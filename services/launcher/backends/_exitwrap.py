@@ -72,6 +72,16 @@ def write_record(path: str, code: int | None, signum: int | None, error: str | N
 
     body = (f'{{"code": {num(code)}, "signal": {num(signum)}, '
             f'"error": {"null" if error is None else _json_str(error)}}}')
+    try:
+        _store(path, body)
+    except OSError as exc:
+        # The worker made its folder unfit for the record (its `.cairn` is a link now, say):
+        # the launcher goes by the exit status alone, and the log says why.
+        print(f"cairn: cannot write the exit record {path}: {exc}", file=sys.stderr,
+              flush=True)
+
+
+def _store(path: str, body: str) -> None:
     folder, name = os.path.split(path)
     # The worker owns its working directory: no link in `.cairn` or in the file's place is
     # followed, and the temporary file is one this wrapper made (O_EXCL).

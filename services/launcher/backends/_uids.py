@@ -44,7 +44,7 @@ def auto_range(workdir: str) -> range:
 
 
 def processes_of(uid: int) -> list[int]:
-    """Pids of the processes whose real or effective uid is `uid` (from /proc)."""
+    """Pids of the live processes (zombies are gone) whose real or effective uid is `uid`."""
     found = []
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
@@ -53,6 +53,8 @@ def processes_of(uid: int) -> list[int]:
             with contextlib.suppress(OSError), open(f"/proc/{entry.name}/status",
                                                     encoding="ascii", errors="replace") as fh:
                 for line in fh:
+                    if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                        break
                     if line.startswith("Uid:"):
                         real, effective = line.split()[1:3]
                         if str(uid) in (real, effective):

@@ -59,6 +59,8 @@ class Zygote:
         self.env = env
         self.modules: frozenset[str] = frozenset()
         self.ready = False
+        self.forked = 0
+        """Workers started warm so far."""
         self.pid: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -232,6 +234,7 @@ class Zygote:
         if "error" in reply:
             # Whatever stopped the wrapper would stop an exec'd one too: say so.
             raise LaunchFailed(f"cannot start the worker: {reply['error']}")
+        self.forked += 1
         return int(reply["pid"]), int(reply["start_ticks"])
 
     async def _read(self) -> dict[str, Any]:

@@ -14,12 +14,13 @@ shared by every worker of the job. Datasets are symlinks; in the sandbox (`_sand
 source is mounted where its link points, read-only unless `mode: rw`. Without the sandbox
 `mode: ro` is *not* enforced: the worker can write wherever its uid can.
 
-Under a worker uid of its own the folder is the worker's; `.cairn/` stays root's (group: the
-worker's uid, mode 1770), so the worker can leave its allocation report there but cannot
-remove or replace what the wrapper writes. Whatever the launcher reads back from a worker's
-folder is read with no link followed, only from regular files and at most a bound
-(`read_under`): the folder is the job's, and its code may have put a link to the site's
-credentials where its log was.
+Under a worker uid of its own the bundle copy is the worker's, while the folder itself and
+`.cairn/` stay the launcher's (group: the worker's uid, mode 1770, sticky): the worker adds
+files (its allocation report, its outputs) but cannot remove, rename or replace the log and
+what the wrapper writes; once it has ended the folder is the launcher's alone (`take_back`).
+Whatever the launcher reads back from a worker's folder is read with no link followed, only
+from regular files and at most a bound (`read_under`): the job's code may have put a link to
+the site's credentials where its allocation report or (off a uid of its own) its log was.
 """
 
 from __future__ import annotations
@@ -92,6 +93,20 @@ def numeric_owner(user: object) -> tuple[int, int] | None:
     if not uid.isdigit() or (gid and not gid.isdigit()):
         return None
     return int(uid), int(gid or uid)
+
+
+def take_back(workdir: str | Path) -> None:
+    """Once its worker has ended, the working directory is the launcher's alone again: what
+    the worker left anywhere in it (a secret it copied, its data) is out of reach of its
+    uid, and of the next worker to hold that uid. Its log and records stay for the launcher.
+    """
+    with contextlib.suppress(OSError):
+        fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, os.getuid(), os.getgid())
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
 
 
 def remove_secrets(folder: Path) -> None:
@@ -206,17 +221,17 @@ def prepare_workdir(spec: LaunchSpec, root: Path, *, secrets: bool = False,
 
 
 def _give(workdir: Path, uid: int) -> None:
-    """The working directory and the bundle copy to `uid`; `.cairn/` root's, group `uid`,
-    1770 (the worker adds files there, removes none of the wrapper's)."""
+    """The bundle copy to `uid`; the working directory and `.cairn/` stay the launcher's,
+    group `uid`, mode 1770: the worker adds and changes files of its own there, and cannot
+    remove, rename or replace the launcher's (its log, `.cairn/` and what is in it)."""
     for folder, dirs, files in os.walk(workdir):
         for name in (*dirs, *files):
             os.lchown(os.path.join(folder, name), uid, uid)
-    os.chown(workdir, uid, uid)
-    control = workdir / CONTROL_DIR
-    os.lchown(control, os.getuid(), uid)
-    control.chmod(0o1770)
     for path in (data_dir(workdir), *data_dir(workdir).iterdir()):
         os.lchown(path, os.getuid(), os.getgid())
+    for folder in (workdir / CONTROL_DIR, workdir):
+        os.lchown(folder, os.getuid(), uid)
+        folder.chmod(0o1770)
 
 
 def base_env(python: str, home: str) -> dict[str, str]:

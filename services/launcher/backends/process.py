@@ -73,6 +73,7 @@ from cairn.launcher.backends._workdir import (
     read_outcome,
     remove_secrets,
     secrets_dir,
+    take_back,
     worker_argv,
     worker_env,
 )
@@ -388,7 +389,9 @@ class ProcessBackend:
         )
         await asyncio.to_thread(remove_cgroup, handle.cgroup)
         await asyncio.to_thread(remove_secrets, secrets_dir(handle.workdir))
-        await asyncio.to_thread(self._release_uid, handle.launch_id)
+        if self._uids is not None:
+            await asyncio.to_thread(take_back, handle.workdir)
+            await asyncio.to_thread(self._release_uid, handle.launch_id)
         if observed.status_code == MISMATCH_EXIT or (record and record.code == MISMATCH_EXIT):
             mismatch = await asyncio.to_thread(read_allocation_mismatch, handle.workdir)
             observed = msgspec.structs.replace(observed, allocation_mismatch=mismatch)
