@@ -229,9 +229,9 @@ def _give(workdir: Path, uid: int) -> None:
             os.lchown(os.path.join(folder, name), uid, uid)
     for path in (data_dir(workdir), *data_dir(workdir).iterdir()):
         os.lchown(path, os.getuid(), os.getgid())
-    for folder in (workdir / CONTROL_DIR, workdir):
-        os.lchown(folder, os.getuid(), uid)
-        folder.chmod(0o1770)
+    for kept in (workdir / CONTROL_DIR, workdir):
+        os.lchown(kept, os.getuid(), uid)
+        kept.chmod(0o1770)
 
 
 def base_env(python: str, home: str) -> dict[str, str]:
