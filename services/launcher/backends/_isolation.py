@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cairn.errors import CairnError, InvalidInput, Unavailable
+from cairn.launcher.backends._etc import EtcCopy
 from cairn.launcher.backends._sandbox import Protected, Sandbox, find_bwrap
 from cairn.launcher.backends._uids import auto_range, parse_range
 
@@ -141,7 +142,8 @@ def _sandbox(python: str, uids: range | None, workdir: Path, read_only: tuple[st
     bwrap = find_bwrap()
     if bwrap is None:
         return None, "bwrap is not installed (Debian: apt-get install bubblewrap)"
-    box = Sandbox(bwrap, python, read_only=read_only, protected=protected)
+    box = Sandbox(bwrap, python, read_only=read_only, protected=protected,
+                  etc=EtcCopy(workdir / ".sandbox-etc", uids))
     probe = workdir / ".sandbox-probe"
     try:
         box.probe(WRAPPER, python, None if uids is None else uids.start, probe)

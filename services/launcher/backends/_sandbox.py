@@ -3,11 +3,13 @@
 The view, as bwrap arguments (`Sandbox.argv`), built once per backend for the static part:
 
 - `/usr` and the top-level links into it (`/bin`, `/lib`, ...), read-only;
-- the few files of `/etc` that name resolution, TLS roots, the dynamic loader and the time
-  zone need (`ETC`), read-only; not `/etc` as a whole, which may hold a site's own files;
+- a copy of the few entries of `/etc` that name resolution, TLS roots, the dynamic loader
+  and the time zone need (`_etc.py`), read-only; not `/etc` as a whole, which may hold a
+  site's own files;
 - the interpreter that runs workers and every folder its libraries come from: its prefix and
-  base prefix, the folders on `sys.path`, and the real folders an editable install links to
-  (`interpreter_roots`), read-only; plus the site's `process.read_only` paths;
+  base prefix, the folders on `sys.path`, Cairn's library where it really is (an editable
+  install links to it) and this folder, with the exit wrapper (`interpreter_roots`),
+  read-only; plus the site's `process.read_only` paths;
 - a fresh `/proc` (its own pid namespace: no process of the site is visible), a minimal
   `/dev`, a private `/tmp` and `/dev/shm`, and `/sys` read-only;
 
@@ -36,15 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.errors import InvalidInput, Unavailable
+from cairn.launcher.backends._etc import ETC, EtcCopy
 from cairn.launcher.backends.errors import LaunchFailed
 
-# /etc entries a worker needs; each only where it exists. `ssl/certs`, not `ssl`: a site's
-# private keys live in `ssl/private`.
-ETC = ("alternatives", "ca-certificates", "ca-certificates.conf", "gai.conf", "group",
-       "host.conf", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
-       "mime.types", "nsswitch.conf", "os-release", "passwd", "pki/tls/certs", "protocols",
-       "resolv.conf", "services", "ssl/certs", "ssl/openssl.cnf", "timezone",
-       f"python{sys.version_info[0]}.{sys.version_info[1]}")
 TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 GPU_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 PROBE_TIMEOUT_S = 30.0
@@ -92,6 +88,8 @@ def find_bwrap() -> str | None:
 
 def interpreter_roots(python: str) -> list[Path]:
     """Folders the interpreter and its libraries are read from (not yet minimal)."""
+    import cairn
+
     found = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                sys.base_exec_prefix)]
     found.append(Path(os.path.realpath(python)).parent.parent)  # <prefix>/bin/python3.x
@@ -99,25 +97,11 @@ def interpreter_roots(python: str) -> list[Path]:
     for entry in sys.path:
         if entry and os.path.abspath(entry) != cwd and os.path.exists(entry):
             found.append(Path(os.path.realpath(entry)))
-            if os.path.basename(entry).startswith("__editable__"):
-                found.extend(_link_targets(entry))
-    # Cairn's own modules where they really are (an editable install links or maps to them).
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if file and (name == "cairn" or name.startswith("cairn.")):
-            found.append(Path(os.path.realpath(file)).parent)
+    # Cairn's library where it really is (an editable install links there) and the exit
+    # wrapper's folder; not the services, which are the parents' business, not a job's.
+    found.append(Path(os.path.realpath(cairn.__file__)).parent)
+    found.append(Path(os.path.realpath(__file__)).parent)
     return found
-
-
-def _link_targets(tree: str) -> list[Path]:
-    """The folders the links of a strict editable install point to."""
-    out: set[Path] = set()
-    for folder, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            if os.path.islink(path):
-                out.add(Path(os.path.realpath(path)).parent)
-    return sorted(out)
 
 
 def minimal(paths: Iterable[Path], covered: Sequence[Path] = ()) -> list[Path]:
@@ -141,9 +125,10 @@ class Sandbox:
     """
 
     def __init__(self, bwrap: str, python: str, *, read_only: Sequence[str] = (),
-                 protected: Protected = Protected()) -> None:
+                 protected: Protected = Protected(), etc: EtcCopy | None = None) -> None:
         self.bwrap = bwrap
         self.protected = protected
+        self.etc = etc
         self.skipped: list[str] = []
         """Interpreter folders left out because they hold something protected."""
         usr = Path("/usr")
@@ -172,10 +157,15 @@ class Sandbox:
                 args += ["--symlink", os.readlink(path), str(path)]
             elif path.is_dir():
                 args += ["--ro-bind", str(path), str(path)]
-        for name in ETC:
-            etc = Path("/etc") / name
-            if os.path.lexists(etc):
-                args += [*self._folders_to(etc), "--ro-bind-try", str(etc), str(etc)]
+        if etc is not None:
+            args += ["--ro-bind", str(etc.folder), "/etc"]
+            for folder in etc.folders():
+                args += ["--ro-bind", folder, folder]
+        else:  # the same entries, each on its own (slower to start: one mount each)
+            for name in ETC:
+                entry = Path("/etc") / name
+                if os.path.lexists(entry):
+                    args += [*self._folders_to(entry), "--ro-bind-try", str(entry), str(entry)]
         args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys",
                  "--perms", "01777", "--tmpfs", "/tmp", "--perms", "01777", "--tmpfs", "/dev/shm"]
         for root in self.roots:
@@ -184,6 +174,12 @@ class Sandbox:
         self.static = args
         self.holder = next((c for c in ("/usr/bin/cat", "/bin/cat") if os.access(c, os.X_OK)),
                            "cat")
+
+    def refresh(self) -> None:
+        """Bring the sandbox's `/etc` up to date with the host's (before each launch).
+        Blocking file I/O."""
+        if self.etc is not None:
+            self.etc.refresh()
 
     def _folders_to(self, path: Path, made: set[Path] | None = None) -> list[str]:
         """`--dir` (mode 0755) for each folder on the way to `path` not made yet."""
@@ -248,6 +244,10 @@ class Sandbox:
             Unavailable: it did not start, with bwrap's (or the interpreter's) words.
         """
         workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.refresh()
+        except OSError as exc:
+            raise Unavailable(f"cannot write the sandbox's /etc copy: {exc}") from exc
         caps = ("CAP_SETUID", "CAP_SETGID") if uid is not None else ()
         cmd = [*self.argv(workdir, caps=caps), "--", python, "-I", "-S", wrapper, "--probe",
                "-" if uid is None else str(uid), python]

@@ -71,8 +71,9 @@ class UidPool:
         self._free: deque[int] = deque(uids)
         self._held: dict[str, int] = {}
 
-    def take(self, launch_id: str) -> int:
-        """A free uid for this launch (blocking: reads /proc).
+    def take(self, launch_id: str, *, look: bool = True) -> int:
+        """A free uid for this launch; with `look`, one no process runs as (blocking: reads
+        /proc).
 
         Raises:
             LaunchFailed: every uid of the range is held (or has stray processes).
@@ -81,7 +82,7 @@ class UidPool:
             return self._held[launch_id]
         for _ in range(len(self._free)):
             uid = self._free.popleft()
-            if processes_of(uid):
+            if look and processes_of(uid):
                 self._free.append(uid)  # a stray worker we lost track of: never share it
                 continue
             self._held[launch_id] = uid

@@ -194,15 +194,7 @@ class ProcessBackend:
                 "study_runtime.yaml, and this site cannot isolate its workers (no sandbox, no "
                 "worker uid; see the launcher's start log): it runs only trusted code")
         cpus = pick_cpus(spec, self._cpu_load)
-        uid = None
-        if self._uids is not None:
-            uid = await asyncio.to_thread(self._uids.take, spec.launch_id)
-        try:
-            workdir = await asyncio.to_thread(prepare_workdir, spec, self.root, secrets=True,
-                                              owner=uid)
-        except BaseException:
-            self._release_uid(spec.launch_id)
-            raise
+        uid, workdir = await asyncio.to_thread(self._prepare, spec)
         limit = MemoryLimit(mechanism="none")
         try:
             env = worker_env(spec, workdir, self.python, secret_files=True)
@@ -244,6 +236,22 @@ class ProcessBackend:
         )
         self._start_watch(handle)
         return handle
+
+    def _prepare(self, spec: LaunchSpec) -> tuple[int | None, Path]:
+        """(its uid, its working directory) for a launch, and the sandbox's /etc up to date.
+        Blocking: one trip to a thread for all of it."""
+        uid = None
+        if self._uids is not None:
+            # In a sandbox a stray process of a uid (a worker lost track of) cannot reach
+            # the next holder of it (another pid namespace, another view): no need to look.
+            uid = self._uids.take(spec.launch_id, look=self.isolation.sandbox is None)
+        try:
+            if self.isolation.sandbox is not None:
+                self.isolation.sandbox.refresh()
+            return uid, prepare_workdir(spec, self.root, secrets=True, owner=uid)
+        except BaseException:
+            self._release_uid(spec.launch_id)
+            raise
 
     def _release_uid(self, launch_id: str) -> None:
         if self._uids is not None:
