@@ -6,9 +6,11 @@ view (`_sandbox.Sandbox.argv`) running a *holder* (`cat`, reading a pipe only th
 writes), learns the sandbox's pid from bwrap's `--info-fd`, waits for the holder's echo (the
 view is complete once the holder runs), and joins its namespaces with setns(2):
 
-- the wrapper joins the pid namespace (where not root, its user namespace first), so what it
-  forks next lives inside, as a cold worker does;
-- that child joins the mount and IPC namespaces: from here it sees exactly the cold view.
+- the wrapper joins the pid namespace (where not root, the user namespace that owns it
+  first), so what it forks next lives inside, as a cold worker does;
+- that child joins the mount and IPC namespaces: from here it sees exactly the cold view;
+- where not root, the worker last joins the sandbox's own user namespace (bwrap nests one
+  inside the owner, where the worker's uid is its own again), as a cold worker lives in it.
 
 The holder lives as long as the wrapper holds the pipe: when the wrapper ends, `cat` ends,
 the sandbox's init ends, and the kernel kills whatever the job left in its pid namespace.
@@ -21,6 +23,7 @@ Standard library only (ctypes): the zygote imports it, the exit wrapper never do
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -30,6 +33,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+_NS_GET_USERNS = 0xB701  # ioctl: the user namespace that owns a namespace
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAP_AMBIENT = 47
@@ -118,6 +122,8 @@ def start_holder(view: list[str], holder: str, env: dict[str, str]) -> Holder:
         names = ("pid", "mnt", "ipc") + (("user",) if os.geteuid() != 0 else ())
         namespaces = {name: os.open(f"/proc/{child}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
                       for name in names}
+        if "user" in namespaces:
+            namespaces["owner"] = fcntl.ioctl(namespaces["pid"], _NS_GET_USERNS)
     except (OSError, ValueError) as exc:
         os.close(feed_w)
         raise OSError(str(exc)) from exc
@@ -129,17 +135,29 @@ def start_holder(view: list[str], holder: str, env: dict[str, str]) -> Holder:
 
 def join_pid_namespace(holder: Holder) -> None:
     """In the wrapper: what it forks from now on is born inside the sandbox."""
-    if "user" in holder.namespaces:  # not root: the caps to join come from its user ns
-        setns(holder.namespaces["user"], CLONE_NEWUSER)
+    if "owner" in holder.namespaces:  # not root: the caps to join come from the owner
+        setns(holder.namespaces["owner"], CLONE_NEWUSER)
     setns(holder.namespaces["pid"], CLONE_NEWPID)
 
 
-def join_view(holder: Holder) -> None:
-    """In the wrapper's child: see the sandbox's filesystem and IPC, as a cold worker does."""
+def join_view(holder: Holder) -> int | None:
+    """In the wrapper's child: see the sandbox's filesystem and IPC, as a cold worker does.
+
+    Returns the sandbox's own user namespace (an fd) for the worker to join last (`join_user`);
+    None as root, where there is none."""
     setns(holder.namespaces["mnt"], CLONE_NEWNS)
     setns(holder.namespaces["ipc"], CLONE_NEWIPC)
+    user = holder.namespaces.pop("user", None)
     holder.close_namespaces()
     os.close(holder.keep)
+    return user
+
+
+def join_user(fd: int) -> None:
+    """In the worker, where not root: into the sandbox's own user namespace (then its uid is
+    its own there, as a cold worker's is); the capabilities it gets there go next."""
+    setns(fd, CLONE_NEWUSER)
+    os.close(fd)
 
 
 def drop_privileges() -> None:

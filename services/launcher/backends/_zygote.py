@@ -168,6 +168,8 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
         os.close(write_end)
         return req
     os.close(write_end)
+    if "userns_fd" in req:
+        os.close(req["userns_fd"])  # the worker's alone
     code = _exitwrap.supervise(pid, read_end, exit_path, req["argv"][0])
     os._exit(code & 0xFF)
 
@@ -187,7 +189,9 @@ def _enter_sandbox(req: dict[str, Any]) -> None:
     _nsjoin.join_pid_namespace(holder)
     pid = os.fork()
     if pid == 0:
-        _nsjoin.join_view(holder)
+        user = _nsjoin.join_view(holder)
+        if user is not None:
+            req["userns_fd"] = user  # the worker's to join, last
         return
     holder.close_namespaces()
     # A group signal that came just before the fork is ours alone: the wrapper must see it.
@@ -223,7 +227,15 @@ def _become_worker(req: dict[str, Any]) -> None:
                       None if uid == "-" else int(uid), interrupt=signal.default_int_handler,
                       # Joined as the wrapper's user (root, or the user namespace's owner):
                       # keep none of its capabilities, as bwrap's own command keeps none.
-                      drop=_nsjoin.drop_privileges if req.get("sandbox") else None)
+                      drop=(lambda: _shed(req)) if req.get("sandbox") else None)
+
+
+def _shed(req: dict[str, Any]) -> None:
+    """A sandboxed warm worker without a uid of its own: into the sandbox's own user
+    namespace where it has one, and no capability left."""
+    if "userns_fd" in req:
+        _nsjoin.join_user(req.pop("userns_fd"))
+    _nsjoin.drop_privileges()
 
 
 def run(req: dict[str, Any]) -> None:
