@@ -218,6 +218,9 @@ async def test_a_hostile_job_reads_nothing_of_its_sites(
     results, logs = await _hostile_run(federation, client, tmp_path)
 
     assert set(results) == set(SITES)  # the server role on the hub, a client on site-a
+    assert federation.trust is not None  # and `cairn up` keeps its root out of others' reach
+    for folder in (federation.trust.dir, federation.trust.dir / "root"):
+        assert folder.stat().st_mode & 0o777 == 0o700
     for site, report in results.items():
         read = dict(report["read"])
         # The way to its own folder is all it sees of the site's worker folders.
