@@ -42,6 +42,7 @@ print(json.dumps({
     "root": sorted(os.listdir("/")), "processes": len([p for p in os.listdir("/proc")
                                                        if p.isdigit()]),
     "workers": sorted(os.listdir(os.path.dirname(os.getcwd()))),
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
     "cwd": os.getcwd(), "home": os.environ["HOME"], "argv": sys.argv, "path": sys.path,
     "flags": list(sys.flags), "name": __name__,
     "signals": {s.name: disposition(s) for s in (signal.SIGTERM, signal.SIGINT,
@@ -106,6 +107,8 @@ async def test_warm_and_cold_workers_see_the_same_sandbox(
         # holder or not, the wrapper, itself).
         assert seen["workers"] == [os.path.basename(seen["cwd"])]
         assert seen["processes"] <= 4
+        # Nothing of its launcher's or the zygote's: stdin, its log twice, and the listing.
+        assert seen["fds"] == [0, 1, 2, 3]
     for key in ("root", "argv", "path", "flags", "name", "signals", "env"):
         assert same(cold, key) == same(warm, key), key
     assert warm["signals"]["SIGTERM"] == str(signal.SIG_DFL) and warm["argv"][1:] == ["a"]

@@ -103,6 +103,8 @@ def spawn_worker(
             command,
             env,
             file_actions=[
+                # Nothing the launcher was handed open by whoever started it reaches the job.
+                *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()),
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, str(workdir / LOG_NAME), log_flags, 0o600),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
@@ -124,3 +126,17 @@ def spawn_worker(
         )
     except OSError as exc:
         raise LaunchFailed(f"cannot start the worker with {command[0]}: {exc}") from exc
+
+
+def _inheritable_fds() -> list[int]:
+    """This process's open file descriptors past stderr that an exec would pass on."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    found.append(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+    return found
