@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cairn.launcher.backends import DatasetMount, LaunchFailed, LaunchHandle
+from cairn.launcher.backends import DatasetMount, LaunchFailed, LaunchHandle, _proc
 from cairn.launcher.backends._sandbox import find_bwrap
 from cairn.launcher.backends._uids import processes_of
 from cairn.launcher.backends.process import ProcessBackend
@@ -206,6 +206,27 @@ async def test_each_running_worker_has_a_uid_of_its_own(
             (Path(h.workdir) / "go").touch()
     for h in handles:
         assert (await backend.wait(h)).cause is None
+
+
+async def test_a_restarted_launcher_never_hands_out_a_running_workers_uid(
+        tmp_path: Path, bundle: Path) -> None:
+    held = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\n"
+    first = ProcessBackend(tmp_path / "site")
+    running = await first.launch(make_spec(bundle, ["python", "-c", held], rank=0))
+    await first.close()  # the launcher goes; its worker stays
+    second = ProcessBackend(tmp_path / "site")
+    try:
+        assert await second.reattach(running) == running
+        other = await second.launch(make_spec(bundle, "python -m look", rank=1))
+        assert (await second.wait(other)).cause is None
+        assert json.loads(log_text(other))["uid"] != os.stat(running.workdir).st_gid
+        # The other's end (and its uid's clean-up) left the first one running.
+        assert _proc.is_ours(int(running.native_id), running.start_ticks)
+        (Path(running.workdir) / "go").touch()
+        assert (await second.wait(running)).cause is None
+    finally:
+        (Path(running.workdir) / "go").touch()
+        await second.close()
 
 
 async def test_what_a_worker_leaves_running_dies_with_it(

@@ -28,7 +28,10 @@ from typing import Any, Literal
 from cairn.errors import CairnError, InvalidInput, Unavailable
 from cairn.launcher.backends._etc import EtcCopy
 from cairn.launcher.backends._sandbox import Protected, Sandbox, find_bwrap
-from cairn.launcher.backends._uids import auto_range, parse_range
+from cairn.launcher.backends._uids import UidPool, auto_range, parse_range
+from cairn.launcher.backends._workdir import prepare_workdir
+from cairn.launcher.backends.base import LaunchSpec
+from cairn.launcher.backends.errors import StudyRefused
 
 log = logging.getLogger("cairn.launcher")
 
@@ -72,10 +75,37 @@ class Isolation:
         return ("process workers run isolated: " + ", ".join(parts)
                 + "".join(f"; {note}" for note in self.notes))
 
+    def admit(self, spec: LaunchSpec) -> None:
+        """Refuse a study's code this site cannot keep from its secrets.
+
+        Raises:
+            StudyRefused: not isolated, and the study is not marked `trusted_code`.
+        """
+        if not self.isolated and not spec.trusted_code:
+            raise StudyRefused(
+                f"study {spec.study!r} is not marked trusted_code: true in this site's "
+                "study_runtime.yaml, and this site cannot isolate its workers (no sandbox, no "
+                "worker uid; see the launcher's start log): it runs only trusted code")
+
     def health(self) -> dict[str, Any]:
         """Fields for the launcher's health reply."""
         return {"sandbox": "bwrap" if self.sandbox else "none", "worker_uids": self.uid_text,
                 "untrusted_code": "isolated" if self.isolated else "refused"}
+
+
+def prepare_isolated(isolation: Isolation, uids: UidPool | None, spec: LaunchSpec,
+                     root: Path) -> tuple[int | None, Path]:
+    """(its uid, its working directory) for a launch, and the sandbox's /etc up to date:
+    all the blocking work of a launch before it starts, for one trip to a thread."""
+    uid = None if uids is None else uids.take(spec.launch_id)
+    try:
+        if isolation.sandbox is not None:
+            isolation.sandbox.refresh()
+        return uid, prepare_workdir(spec, root, secrets=True, owner=uid)
+    except BaseException:
+        if uids is not None:
+            uids.release(spec.launch_id)
+        raise
 
 
 def can_set_uid() -> bool:

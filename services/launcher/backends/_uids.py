@@ -10,7 +10,8 @@ world-writable folder is rarely met by the next holder of its uid. A uid that ha
 although no worker holds it (a worker the launcher lost track of) is skipped, never reused.
 
 The pool is this launcher's memory; after a restart it learns the uids of the workers it
-finds again from the owner of their working directories (`claim`).
+finds again from the group of their working directories (`claim`), and a uid some process
+still runs as is never handed out, whatever the pool remembers.
 """
 
 from __future__ import annotations
@@ -71,9 +72,8 @@ class UidPool:
         self._free: deque[int] = deque(uids)
         self._held: dict[str, int] = {}
 
-    def take(self, launch_id: str, *, look: bool = True) -> int:
-        """A free uid for this launch; with `look`, one no process runs as (blocking: reads
-        /proc).
+    def take(self, launch_id: str) -> int:
+        """A free uid for this launch, one no process runs as (blocking: reads /proc).
 
         Raises:
             LaunchFailed: every uid of the range is held (or has stray processes).
@@ -82,7 +82,7 @@ class UidPool:
             return self._held[launch_id]
         for _ in range(len(self._free)):
             uid = self._free.popleft()
-            if look and processes_of(uid):
+            if processes_of(uid):
                 self._free.append(uid)  # a stray worker we lost track of: never share it
                 continue
             self._held[launch_id] = uid

@@ -41,7 +41,7 @@ from cairn.errors import InvalidInput
 from cairn.launcher.backends import _proc
 from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._exitcause import Observed, classify
-from cairn.launcher.backends._isolation import Isolation, choose
+from cairn.launcher.backends._isolation import Isolation, choose, prepare_isolated
 from cairn.launcher.backends._memlimit import (
     MECHANISMS,
     Mechanism,
@@ -67,7 +67,6 @@ from cairn.launcher.backends._workdir import (
     LOG_NAME,
     base_env,
     dir_name,
-    prepare_workdir,
     read_allocation_mismatch,
     read_chunk,
     read_outcome,
@@ -84,7 +83,6 @@ from cairn.launcher.backends.base import (
     WorkerExit,
     allocation_env,
 )
-from cairn.launcher.backends.errors import StudyRefused
 from cairn.worker.allocation import MISMATCH_EXIT
 
 __all__ = ["ProcessBackend", "memory_limit_mechanism"]
@@ -186,15 +184,14 @@ class ProcessBackend:
         Raises:
             InvalidInput: a bad entrypoint, or CPUs this launcher may not use.
             Conflict: this launch id was launched before (reattach instead).
-            LaunchFailed: missing code or dataset, program not found, spawn failed.
+            LaunchFailed: missing code or dataset, program not found, spawn failed, a
+                dataset the sandbox does not mount.
+            StudyRefused: this site cannot isolate workers and the study is not trusted.
         """
-        if not self.isolation.isolated and not spec.trusted_code:
-            raise StudyRefused(
-                f"study {spec.study!r} is not marked trusted_code: true in this site's "
-                "study_runtime.yaml, and this site cannot isolate its workers (no sandbox, no "
-                "worker uid; see the launcher's start log): it runs only trusted code")
+        self.isolation.admit(spec)
         cpus = pick_cpus(spec, self._cpu_load)
-        uid, workdir = await asyncio.to_thread(self._prepare, spec)
+        uid, workdir = await asyncio.to_thread(
+            prepare_isolated, self.isolation, self._uids, spec, self.root)
         limit = MemoryLimit(mechanism="none")
         try:
             env = worker_env(spec, workdir, self.python, secret_files=True)
@@ -219,7 +216,7 @@ class ProcessBackend:
             # Nothing ran: leave no directory behind, so the same launch id may be retried.
             await asyncio.to_thread(remove_cgroup, limit.cgroup)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
-            self._release_uid(spec.launch_id)
+            await asyncio.to_thread(self._release_uid, spec.launch_id)
             raise
         handle = LaunchHandle(
             launch_id=spec.launch_id,
@@ -237,25 +234,9 @@ class ProcessBackend:
         self._start_watch(handle)
         return handle
 
-    def _prepare(self, spec: LaunchSpec) -> tuple[int | None, Path]:
-        """(its uid, its working directory) for a launch, and the sandbox's /etc up to date.
-        Blocking: one trip to a thread for all of it."""
-        uid = None
-        if self._uids is not None:
-            # In a sandbox a stray process of a uid (a worker lost track of) cannot reach
-            # the next holder of it (another pid namespace, another view): no need to look.
-            uid = self._uids.take(spec.launch_id, look=self.isolation.sandbox is None)
-        try:
-            if self.isolation.sandbox is not None:
-                self.isolation.sandbox.refresh()
-            return uid, prepare_workdir(spec, self.root, secrets=True, owner=uid)
-        except BaseException:
-            self._release_uid(spec.launch_id)
-            raise
-
     def _release_uid(self, launch_id: str) -> None:
         if self._uids is not None:
-            self._uids.release(launch_id)
+            self._uids.release(launch_id)  # blocking: reads /proc
 
     def health(self) -> dict[str, object]:
         """What the launcher's health reply says of this backend: its workers' isolation."""
@@ -285,10 +266,11 @@ class ProcessBackend:
         if known is not None:
             return known
         if self._uids is not None:
-            # Its folder's owner is its uid: held until it ends, and its leftovers die then.
+            # Its folder's group is its uid while it runs: held until it ends, and its
+            # leftovers die then.
             with contextlib.suppress(OSError):
-                owner = (await asyncio.to_thread(os.stat, handle.workdir)).st_uid
-                self._uids.claim(handle.launch_id, owner)
+                group = (await asyncio.to_thread(os.stat, handle.workdir)).st_gid
+                self._uids.claim(handle.launch_id, group)
         watch = self._new_watch(handle)
         seen = _proc.poll(watch.pid, handle.start_ticks)
         if not seen.running:
