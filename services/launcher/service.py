@@ -108,7 +108,7 @@ class LauncherService:
             options["cluster"] = self.site_cfg.kubernetes  # site.yaml: how to reach the API
         self.backend = load_backend(self.site_cfg.backend, **options)
         if (isolation := getattr(self.backend, "isolation", None)) is not None:
-            (log.info if isolation.isolated else log.warning)("%s", isolation.summary())
+            (log.info if isolation.sandbox else log.warning)("%s", isolation.summary())
         await rt.bus.ensure_site(self.site)
         self._kv = await kv(rt.bus, subjects.kv_launches(self.site), LaunchRecord,
                             on_undecodable=skipper(rt.bus, site=self.site, service="launcher"))

@@ -226,3 +226,11 @@ def test_a_fifo_in_place_of_the_log_does_not_hang_the_launcher(tmp_path: Path) -
 
     threading.Thread(target=read, daemon=True).start()
     assert done.wait(10) and result == [b""]
+
+
+def test_worker_uids_without_a_sandbox_say_what_they_leave_open() -> None:
+    uids_only = isolation.Isolation(uids=range(1_700_000_000, 1_700_001_000))
+    assert uids_only.isolated
+    assert "WITHOUT a sandbox" in uids_only.summary() and "/proc" in uids_only.summary()
+    assert uids_only.health() == {"sandbox": "none", "worker_uids": "1700000000-1700000999",
+                                  "untrusted_code": "isolated"}

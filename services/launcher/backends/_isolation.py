@@ -70,10 +70,13 @@ class Isolation:
                     "code could read this site's credentials, so only studies marked "
                     "trusted_code: true in study_runtime.yaml run here"
                     + "".join(f"; {note}" for note in self.notes))
-        parts = ["bwrap sandbox" if self.sandbox else "no sandbox",
-                 f"worker uids {self.uid_text}" if self.uids else "the launcher's own uid"]
-        return ("process workers run isolated: " + ", ".join(parts)
-                + "".join(f"; {note}" for note in self.notes))
+        notes = "".join(f"; {note}" for note in self.notes)
+        if self.sandbox is None:
+            return (f"WARNING: process workers run WITHOUT a sandbox, under worker uids "
+                    f"{self.uid_text} only: they see the host's /proc and whatever its files "
+                    f"let any user read{notes}")
+        who = f"worker uids {self.uid_text}" if self.uids else "the launcher's own uid"
+        return f"process workers run isolated: bwrap sandbox, {who}{notes}"
 
     def admit(self, spec: LaunchSpec) -> None:
         """Refuse a study's code this site cannot keep from its secrets.
