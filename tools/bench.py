@@ -38,6 +38,7 @@ SECTIONS = {
     "slurm": "bench_slurm",
     "evidence": "bench_evidence",
     "launchers": "bench_launchers",
+    "sandbox": "bench_sandbox",
     "hostile": "bench_hostile",
     "deploy": "bench_deploy",
     "security": "bench_security",

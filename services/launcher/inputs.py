@@ -38,11 +38,14 @@ async def code_bundle(bus: Bus, workdir: Path, study: str, digest: str | None) -
 
 
 def read_from(path: Path, offset: int, limit: int) -> bytes:
+    """Up to `limit` bytes of a worker's log; empty when there is none. No link is followed
+    and nothing but a regular file is read: a worker may replace its log with a link to the
+    site's credentials."""
+    from cairn.launcher.backends._workdir import read_file
+
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-    except FileNotFoundError:
+        return read_file(path, offset, limit)
+    except OSError:
         return b""
 
 

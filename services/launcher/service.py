@@ -35,7 +35,7 @@ from cairn.launcher.backends.base import (
     capability_names,
     load_backend,
 )
-from cairn.launcher.backends.errors import ImageNotApproved
+from cairn.launcher.backends.errors import ImageNotApproved, StudyRefused
 from cairn.launcher.ends import WorkerEnds
 from cairn.launcher.logaccess import LogReader
 from cairn.launcher.records import (
@@ -97,7 +97,10 @@ class LauncherService:
 
     def health(self) -> dict[str, Any]:
         running = len(self.launches.live())
-        return {"backend": self.site_cfg.backend, "workers": running}
+        # The process backend says how its workers are isolated (sandbox, worker uids).
+        own = getattr(self.backend, "health", None)
+        return {"backend": self.site_cfg.backend, "workers": running,
+                **(own() if callable(own) else {})}
 
     async def start(self, rt: Runtime) -> None:
         try:
@@ -111,11 +114,16 @@ class LauncherService:
         options: dict[str, Any] = {"workdir": self.workdir}
         if self.site_cfg.backend == "process":
             options["warm"] = True  # Python workers start from a warm interpreter
+            process = self.site_cfg.process  # site.yaml: sandbox and worker uids
+            options.update(sandbox=process.sandbox, worker_uids=process.worker_uids,
+                           read_only=process.read_only, protected=self._protected())
         if self.site_cfg.backend == "slurm":
             options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
         if self.site_cfg.backend == "kubernetes":
             options["cluster"] = self.site_cfg.kubernetes  # site.yaml: how to reach the API
         self.backend = load_backend(self.site_cfg.backend, **options)
+        if (isolation := getattr(self.backend, "isolation", None)) is not None:
+            (log.info if isolation.sandbox else log.warning)("%s", isolation.summary())
         await rt.bus.ensure_site(self.site)
         await self._load()
         # In the background: FEDERATION may not exist yet on a federation's first start, and
@@ -168,6 +176,14 @@ class LauncherService:
                 await self._kv.delete(record.key)
             except Exception as exc:  # reported again next start: no worse than before
                 log.warning("could not delete the skipped entry %s: %s", record.key, exc)
+
+    def _protected(self) -> list[str]:
+        """What no worker may see: this launcher's credentials and TLS files, its site
+        config and the folder of its study_runtime.yaml (`local/`)."""
+        config = self.config
+        paths = [config.creds, config.tls_cert, config.tls_key, config.site_config,
+                 str(Path(self.site_cfg.runtime).parent)]
+        return [p for p in paths if p]
 
     async def stop(self) -> None:
         self._ready = False
@@ -269,14 +285,15 @@ class LauncherService:
             self._guard(req, deploy)
             spec = await worker_spec(self.bus, req, site_cfg=self.site_cfg,
                                      creds=self.config.creds, tls_ca=self.config.tls_ca,
-                                     launcher_url=self.config.nats_url)
+                                     launcher_url=self.config.nats_url,
+                                     trusted_code=self._trusted_code(req.study or ""))
             handle = await self.backend.launch(spec)
         except CairnError as exc:
-            refused = isinstance(exc, ImageNotApproved)
+            cause = exc.code if isinstance(exc, ImageNotApproved | StudyRefused) else \
+                "launch-failed"
             await self.ends.report_or_later(launch, WorkerExit(
-                launch_id=req.launch_id, exit_code=None,
-                cause="image-not-approved" if refused else "launch-failed", message=str(exc),
-                ended_at=now()))
+                launch_id=req.launch_id, exit_code=None, cause=cause,  # type: ignore[arg-type]
+                message=str(exc), ended_at=now()))
             return
         running = WorkerRunning(**self.event_base(launch, "running"),
                                 native_id=handle.native_id, allocation=WorkerAllocation(
@@ -291,6 +308,11 @@ class LauncherService:
         launch = await self.record(running, handle=handle)
         await self.bus.publish(running)
         self.watch(launch, handle)
+
+    def _trusted_code(self, study: str) -> bool:
+        """study_runtime.yaml's `trusted_code` for the study (the file `_guard` just read)."""
+        policy = self._runtime_good.studies.get(study) if self._runtime_good else None
+        return bool(policy and policy.trusted_code)
 
     def _guard(self, req: LaunchRequested, deploy: DeployCommand) -> None:
         """Defence in depth: only what this site's study_runtime.yaml gives the study, and

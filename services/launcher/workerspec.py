@@ -30,7 +30,8 @@ def worker_nats_url(site_cfg: SiteConfig, launcher_url: str | None) -> str:
 
 async def worker_spec(bus: Bus, req: LaunchRequested, *, site_cfg: SiteConfig,
                       creds: str | None, tls_ca: str | None,
-                      launcher_url: str | None = None) -> LaunchSpec:
+                      launcher_url: str | None = None,
+                      trusted_code: bool = False) -> LaunchSpec:
     """The spec the backend launches (unpacks the code bundle, mints the credential).
 
     Raises:
@@ -66,7 +67,7 @@ async def worker_spec(bus: Bus, req: LaunchRequested, *, site_cfg: SiteConfig,
         gpus=list(req.gpus), millicpus=req.resources.millicpus,
         memory_bytes=req.resources.memory_bytes, timeout_s=req.timeout_s or None,
         image=req.image or "", platform=dict(req.platform or {}),
-        gpus_requested=req.resources.gpus, nodes=req.nodes)
+        gpus_requested=req.resources.gpus, nodes=req.nodes, trusted_code=trusted_code)
 
 
 def worker_creds(req: LaunchRequested, site: str, creds: str | None,

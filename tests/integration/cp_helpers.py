@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,60 @@ async def rewrite_runtime(fed: EmbeddedFederation, site: str, studies: dict[str,
         raise AssertionError(f"agent of {site} did not reload {path}")
     finally:
         await bus.close()
+
+
+def worker_dirs(fed: EmbeddedFederation, job_id: str, site: str = "*") -> list[Path]:
+    """The working directories of a job's workers (at one site, or all), as the host sees
+    them: how a test and a sandboxed worker, which sees nothing else of the host, meet."""
+    return sorted(fed.dir.glob(f"sites/{site}/work/workers/{job_id}_*"))
+
+
+async def worker_files(fed: EmbeddedFederation, job_id: str, name: str, count: int = 1,
+                       timeout_s: float = 60.0) -> list[Path]:
+    """The files called `name` the job's workers left in their folders, once `count` have."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        found = [p for folder in worker_dirs(fed, job_id) if (p := folder / name).exists()]
+        if len(found) >= count:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{count} worker(s) of {job_id} never left {name!r}")
+        await asyncio.sleep(0.1)
+
+
+def release_workers(fed: EmbeddedFederation, job_id: str, name: str = "release") -> None:
+    """Leave `name` in every worker folder of the job (workers poll their folder for it)."""
+    for folder in worker_dirs(fed, job_id):
+        (folder / name).touch()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+
+
+def worker_process(launched: int) -> int | None:
+    """The host pid of the job's own process under the one a launcher started (a worker's
+    `native_id`): in a sandbox (bwrap, its init, the wrapper) the first one under a uid of
+    its own; unsandboxed, the wrapper's child."""
+    level = _children(launched)
+    while level:
+        for pid in level:
+            if _uid(pid) not in (None, os.getuid()):
+                return pid
+        level = [child for pid in level for child in _children(pid)]
+    children = _children(launched)
+    return children[0] if children else None
 
 
 def default_policy(fed: EmbeddedFederation, site: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from cairn import events as ev
 from cairn.client import Client
 from cairn.launcher.backends.process import memory_limit_mechanism
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cp_helpers import study_events, write_job
+from tests.integration.cp_helpers import study_events, worker_process, write_job
 
 SLEEPER = """\
 import os, pathlib, sys, time
@@ -64,29 +64,28 @@ def alive(pid: int) -> bool:
         return False
 
 
-def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2,
-                sites: tuple[str, ...] | None = None) -> list[int]:
-    """Pids the workers (at `sites`, default all) wrote on their first line (waits until
-    `count` did)."""
-    pids: list[int] = []
+async def worker_pids(fed: EmbeddedFederation, job_id: str, count: int = 2,
+                      sites: tuple[str, ...] | None = None) -> list[int]:
+    """Host pids of the job's own processes (at `sites`, default all), once `count` workers
+    wrote their first line (a worker's own `os.getpid()` is its sandbox's, not the host's)."""
+    where = sites or fed.sites
     for _ in range(600):  # bounded: 30 s (a loaded machine is slow to start a process)
-        pids = []
-        for site in sites or fed.sites:
-            for started in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started"):
-                text = started.read_text()
-                if text:
-                    pids.append(int(text))
-        if len(pids) >= count:
+        started = [p for site in where
+                   for p in (fed.site_dir(site) / "work").glob(f"workers/{job_id}*/started")
+                   if p.read_text()]
+        if len(started) >= count:
             break
-        time.sleep(0.05)
-    return pids
+        await asyncio.sleep(0.05)
+    running = [e for e in await study_events(fed, job=job_id)
+               if isinstance(e, ev.WorkerRunning) and e.site in where]
+    return [pid for e in running if (pid := worker_process(int(e.native_id))) is not None]
 
 
 async def test_cancel_reaches_every_worker_as_sigterm(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     job_id = await client.submit(write_job(job_dir, script=TERM_RECORDER))
     await wait_running(client, job_id)
-    pids = worker_pids(federation, job_id)
+    pids = await worker_pids(federation, job_id)
     assert len(pids) == 2
     await client.cancel(job_id)
     final = await client.wait(job_id, timeout=60)
@@ -149,7 +148,8 @@ async def _kill_site_parent_mid_job(federation: EmbeddedFederation, client: Clie
                                     job_dir: Path) -> None:
     job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(4)))
     await wait_running(client, job_id)
-    pids = worker_pids(federation, job_id)
+    pids = await worker_pids(federation, job_id)
+    assert len(pids) == 2
     federation.kill("site-site-a")  # the agent and the launcher of site-a, by SIGKILL
     # Its parent is reaped; its workers still run (and below, exit 0 after their 4 s: no
     # signal reached them).
@@ -177,7 +177,7 @@ async def test_worker_ending_while_launcher_is_down_is_reported(
         federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=sleeper_roles(1)))
     await wait_running(client, job_id)
-    [pid] = worker_pids(federation, job_id, count=1, sites=("site-a",))
+    [pid] = await worker_pids(federation, job_id, count=1, sites=("site-a",))
     federation.kill("site-site-a")
     # The worker ends while nobody watches it: wait until it has.
     deadline = time.monotonic() + 30

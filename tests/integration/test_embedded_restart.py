@@ -28,9 +28,11 @@ from cairn.runtime.natsserver import find_nats_server
 from cairn.state.job import JobState
 from tests.integration.cp_helpers import write_job
 
+# Each worker start leaves a token of its own (a pid would not do: in its sandbox every
+# worker's pid is the same small number).
 SLEEPER = """\
 import os, pathlib, sys, time
-pathlib.Path(os.environ["CAIRN_WORKDIR"], "started").write_text(str(os.getpid()))
+pathlib.Path(os.environ["CAIRN_WORKDIR"], "started").write_text(os.urandom(8).hex())
 time.sleep(float(sys.argv[1]))
 """
 ROLES = """\
@@ -140,13 +142,7 @@ async def test_kill_9_of_each_piece_while_a_job_runs(up: Up, tmp_path: Path) -> 
         job_dir = tmp_path / "job"
         job_id = await client.submit(write_job(job_dir, script=SLEEPER, roles=ROLES))
         await _wait_workers_running(client, job_id)
-        # `running` is the launcher's word that it started them; their first line, which
-        # writes the pid, may come a moment later.
-        deadline = time.monotonic() + 60
-        while len(pids := _worker_pids(up.dir, job_id)) < 2:
-            assert time.monotonic() < deadline, f"the workers wrote no pid: {pids}"
-            await asyncio.sleep(0.05)
-        assert len(pids) == 2
+        pids = await _worker_starts(up.dir, job_id, 2)
 
         os.kill(up.pid_of("coordinator"), signal.SIGKILL)
         await up.wait_for(r"^coordinator restarted \(pid \d+\)")
@@ -163,7 +159,8 @@ async def test_kill_9_of_each_piece_while_a_job_runs(up: Up, tmp_path: Path) -> 
         assert len(launches) == 2, "nothing is launched twice"
         assert sorted(e.site for e in exits) == ["site-a", "site-b"]
         assert all(e.exit_code == 0 for e in exits)
-        assert sorted(_worker_pids(up.dir, job_id)) == sorted(pids), "the same two workers"
+        assert sorted(await _worker_starts(up.dir, job_id, 2)) == sorted(pids), \
+            "the same two workers"
         completed = [e for e in events if isinstance(e, ev.JobCompleted)]
         assert len(completed) == 1, "the job completes once"
     finally:
@@ -217,13 +214,16 @@ async def _wait_ended(ctx: context.Context, job_id: str, timeout: float = 240) -
     raise AssertionError(f"{job_id} did not end within {timeout:g}s: {last}")
 
 
-def _worker_pids(dir_: Path, job_id: str) -> list[int]:
-    pids = []
-    for started in (dir_ / "sites").glob(f"*/work/workers/{job_id}*/started"):
-        text = started.read_text()
-        if text:
-            pids.append(int(text))
-    return pids
+async def _worker_starts(dir_: Path, job_id: str, count: int,
+                         timeout: float = 60.0) -> list[str]:
+    """The tokens the job's workers left as they started, once `count` of them have."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tokens = [text for started in (dir_ / "sites").glob(f"*/work/workers/{job_id}*/started")
+                  if (text := started.read_text())]
+        if len(tokens) >= count or time.monotonic() > deadline:
+            return tokens
+        await asyncio.sleep(0.05)
 
 
 async def _study_events(ctx: context.Context, job_id: str) -> list[object]:

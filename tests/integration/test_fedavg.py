@@ -25,7 +25,7 @@ from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.fixtures.federation import connect, make_federation
-from tests.integration.cp_helpers import study_events
+from tests.integration.cp_helpers import study_events, worker_process
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "fedavg"
@@ -82,8 +82,8 @@ def alone_accuracy(fed: EmbeddedFederation, site: str, epochs: int) -> float:
 
 
 async def kill_client(fed: EmbeddedFederation, job_id: str, site: str) -> None:
-    """SIGKILL the client worker at `site` (its wrapper, found by WorkerRunning, stays to
-    record the signal, so the launcher reports the worker crashed)."""
+    """SIGKILL the client worker at `site` (its wrapper, under the process WorkerRunning
+    names, stays to record the signal, so the launcher reports the worker crashed)."""
     assert fed.nats is not None
     bus = await fed.bus()
     try:
@@ -93,14 +93,9 @@ async def kill_client(fed: EmbeddedFederation, job_id: str, site: str) -> None:
     finally:
         await bus.close()
     assert running and isinstance(running[0], ev.WorkerRunning)
-    wrapper = int(running[0].native_id)
-    children = _children(wrapper)
-    assert children, f"the worker at {site} has no process under its wrapper"
-    os.kill(int(children[0]), signal.SIGKILL)
-
-
-def _children(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    worker = worker_process(int(running[0].native_id))
+    assert worker, f"the worker at {site} has no process under its wrapper"
+    os.kill(worker, signal.SIGKILL)
 
 
 async def assert_clean_end(fed: EmbeddedFederation, job_id: str, workers: int) -> None:

@@ -15,8 +15,14 @@ from cairn.errors import NotFound
 from cairn.events import StudyAdmin
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from tests.fixtures.federation import connect
-from tests.integration.cli_run import cairn, wait_for_lines
-from tests.integration.cp_helpers import default_policy, rewrite_runtime, write_job
+from tests.integration.cli_run import cairn
+from tests.integration.cp_helpers import (
+    default_policy,
+    release_workers,
+    rewrite_runtime,
+    worker_files,
+    write_job,
+)
 
 SECRET_LINE = "secret-line-of-study-b"
 SECRET_VALUE = "secret-value-of-study-b"
@@ -28,9 +34,8 @@ async def run(w: Worker) -> None:
     print("{SECRET_LINE}", flush=True)
     pathlib.Path("secret.txt").write_text("{SECRET_VALUE}")
     await w.result({{"secret": "{SECRET_VALUE}"}}, files=["secret.txt"])
-    with open(w.params["started"], "a") as f:
-        f.write(f"{{os.getpid()}}\\n")
-    release = pathlib.Path(w.params["release"])
+    pathlib.Path("started").write_text(f"{{os.getpid()}}\\n")  # in its own folder
+    release = pathlib.Path("release")
     for _ in range(1200):  # held until the test has looked, 120 s at most
         if release.exists():
             return
@@ -48,12 +53,11 @@ async def test_a_session_of_another_study_sees_nothing_of_a_running_job(
     await client.study_create("other", ["site-a"], [StudyAdmin(name="eve@org-site-a",
                                                                org="org-site-a", role="lead")])
     b = await connect(federation, study="other", actor="eve@org-site-a")
-    started, release = tmp_path / "started", tmp_path / "release"
+    job_b = ""
     try:
-        spec = write_job(job_dir, name="secret-b", script=HELD,
-                         extra=f"params: {{started: {started}, release: {release}}}\n")
+        spec = write_job(job_dir, name="secret-b", script=HELD)
         job_b = await b.submit(spec)
-        await wait_for_lines(started, 1)
+        await worker_files(federation, job_b, "started")
         assert (await b.job(job_b)).state == "running"
 
         # Study A's session (the federation's project admin, even) sees none of it.
@@ -68,7 +72,7 @@ async def test_a_session_of_another_study_sees_nothing_of_a_running_job(
                                    study="other", actor="eve@org-site-a")
         assert code == 0 and json.loads(out)["job"] == job_b, (out, err)
 
-        release.touch()
+        release_workers(federation, job_b)
         final = await b.wait(job_b, timeout=60)
         # A's cancel changed nothing: the job ran to its end.
         assert final.state == "completed", final
@@ -78,7 +82,8 @@ async def test_a_session_of_another_study_sees_nothing_of_a_running_job(
         # And once it ended, A still sees nothing.
         await _sees_nothing(client, federation, job_b, tmp_path / "fetch-a-after")
     finally:
-        release.touch()
+        if job_b:
+            release_workers(federation, job_b)
         await b.close()
 
 

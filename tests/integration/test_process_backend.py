@@ -1,7 +1,9 @@
 """The process backend with real worker processes: environment, placement, exits, limits.
 
-Every test runs twice: workers exec'd cold, and forked from the warm interpreter (`warm`),
-which must change nothing a worker can observe.
+Every test with the `backend` fixture runs four times: workers exec'd cold and forked from the
+warm interpreter (`warm`), which must change nothing a worker can observe; each in the site's
+default isolation (a bubblewrap sandbox and a uid of their own, where this machine allows)
+and with none (`plain`, on trusted code), which must change nothing the tests look at either.
 """
 
 from __future__ import annotations
@@ -68,9 +70,15 @@ def warm(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
+@pytest.fixture(params=["isolated", "plain"])
+def isolation(request: pytest.FixtureRequest) -> dict[str, str]:
+    return {} if request.param == "isolated" else {"sandbox": "none", "worker_uids": "none"}
+
+
 @pytest.fixture
-async def backend(tmp_path: Path, warm: bool) -> AsyncIterator[ProcessBackend]:
-    b = ProcessBackend(tmp_path / "site", grace_s=1.0, warm=warm)
+async def backend(tmp_path: Path, warm: bool,
+                  isolation: dict[str, str]) -> AsyncIterator[ProcessBackend]:
+    b = ProcessBackend(tmp_path / "site", grace_s=1.0, warm=warm, **isolation)
     try:
         yield b
     finally:
@@ -91,6 +99,7 @@ def make_spec(
         "entrypoint": entrypoint,
         "code_dir": str(code_dir),
         "env": CONTRACT,
+        "trusted_code": True,  # so that an unisolated backend runs it too
     }
     fields.update(kw)
     return LaunchSpec(**fields)  # type: ignore[arg-type]

@@ -15,14 +15,14 @@ from cairn.client import Client
 from cairn.errors import PermissionDenied
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import connect
-from tests.integration.cli_run import cairn, wait_for_lines
-from tests.integration.cp_helpers import write_job
+from tests.integration.cli_run import cairn
+from tests.integration.cp_helpers import worker_files, write_job
 
 ORG_A = "org-site-a"
 PEOPLE = {"alice@a": "member", "bob@a": "member", "lee@a": "lead", "ann@a": "org_admin"}
 HELD = '''\
 import os, time
-with open(os.environ["CAIRN_PARAMS_STARTED"], "a") as f:
+with open("started", "a") as f:  # its own folder: the only place of the host it sees
     f.write(f"{os.getpid()}\\n")
 time.sleep(600)  # until cancelled
 '''
@@ -44,19 +44,17 @@ async def people(federation: EmbeddedFederation, client: Client) -> dict[str, st
     return PEOPLE
 
 
-async def _held_job(fed: EmbeddedFederation, actor: str, job_dir: Path, started: Path) -> str:
-    spec = write_job(job_dir, name="held", script=HELD.replace(
-        'os.environ["CAIRN_PARAMS_STARTED"]', repr(str(started))))
+async def _held_job(fed: EmbeddedFederation, actor: str, job_dir: Path) -> str:
+    spec = write_job(job_dir, name="held", script=HELD)
     async with as_actor(fed, actor) as c:
         job_id = await c.submit(spec)
-    await wait_for_lines(started, 2)  # a worker at site-a and one at site-b
+    await worker_files(fed, job_id, "started", 2)  # a worker at site-a and one at site-b
     return job_id
 
 
 async def test_a_member_cannot_cancel_another_members_job_and_a_lead_can(
-        federation: EmbeddedFederation, people: dict[str, str], job_dir: Path,
-        tmp_path: Path) -> None:
-    job_id = await _held_job(federation, "alice@a", job_dir, tmp_path / "started")
+        federation: EmbeddedFederation, people: dict[str, str], job_dir: Path) -> None:
+    job_id = await _held_job(federation, "alice@a", job_dir)
     async with as_actor(federation, "bob@a") as bob:
         with pytest.raises(PermissionDenied):
             await bob.cancel(job_id)
@@ -75,9 +73,8 @@ async def test_a_member_cannot_cancel_another_members_job_and_a_lead_can(
 
 
 async def test_a_member_cancels_its_own_job(federation: EmbeddedFederation,
-                                            people: dict[str, str], job_dir: Path,
-                                            tmp_path: Path) -> None:
-    job_id = await _held_job(federation, "bob@a", job_dir, tmp_path / "started")
+                                            people: dict[str, str], job_dir: Path) -> None:
+    job_id = await _held_job(federation, "bob@a", job_dir)
     code, out, err = await cairn(federation, "job", "cancel", job_id, study="demo",
                                  actor="bob@a")
     assert code == 0, (out, err)

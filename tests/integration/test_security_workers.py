@@ -15,18 +15,16 @@ from cairn.client import Client
 from cairn.runtime.context import Context
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from tests.fixtures.federation import make_federation
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import release_workers, worker_dirs, write_job
 from tests.integration.security_helpers import connect_as, refused_at_connect
 
-# The worker keeps a copy of its credential (as a compromised worker would) and lingers
-# until told to stop.
+# The worker keeps a copy of its credential (as a compromised worker would: in its own
+# folder, the only one of the host it sees) and lingers until told to stop.
 LINGER = """\
 import os, shutil, time
-out = {out!r}
-site = os.environ["CAIRN_SITE"]
-shutil.copy(os.environ["CAIRN_CREDS_FILE"], os.path.join(out, site + ".creds"))
+shutil.copy(os.environ["CAIRN_CREDS_FILE"], "stolen.creds")
 deadline = time.time() + 90
-while time.time() < deadline and not os.path.exists(os.path.join(out, "stop")):
+while time.time() < deadline and not os.path.exists("stop"):
     time.sleep(0.05)
 """
 
@@ -43,10 +41,15 @@ async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
         fed.stop()
 
 
-async def _wait_for(path: Path, timeout: float) -> None:
+async def _stolen(fed: EmbeddedFederation, job: str, site: str, timeout: float) -> Path:
+    """The credential copy the job's worker at `site` left in its folder, once complete."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
+    while True:
+        for folder in worker_dirs(fed, job, site):
+            path = folder / "stolen.creds"
+            if path.exists() and path.read_text().rstrip().endswith("END USER NKEY SEED------"):
+                return path
+        assert time.monotonic() < deadline, f"no stolen credential at {site}"
         await asyncio.sleep(0.05)
 
 
@@ -54,15 +57,12 @@ async def test_a_worker_credential_is_confined_to_its_job_and_dies_with_it(
         secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
     fed = secure_fed
     assert fed.nats is not None
-    out = tmp_path / "stolen"
-    out.mkdir()
     client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
                                           **fed.client_options(DEFAULT_ADMIN)))
+    job = ""
     try:
-        job = await client.submit(write_job(tmp_path / "job", name="linger",
-                                            script=LINGER.format(out=str(out))))
-        stolen = out / "site-a.creds"
-        await _wait_for(stolen, 60)
+        job = await client.submit(write_job(tmp_path / "job", name="linger", script=LINGER))
+        stolen = await _stolen(fed, job, "site-a", 60)
         worker = await connect_as(fed, stolen)
         own = subjects.job_worker("demo", job, "site-a", "client", "progress")
         coordinator = subjects.job("demo", job, "completed")
@@ -80,7 +80,7 @@ async def test_a_worker_credential_is_confined_to_its_job_and_dies_with_it(
         assert worker.refused(f'subscription to "{other_job}"')
         assert worker.refused('publish to "$JS.API.CONSUMER.CREATE.DATA_demo"')
         # The job ends: the lingering credential is cut off within 5 s and refused after.
-        (out / "stop").touch()
+        release_workers(fed, job, "stop")
         final = await client.wait(job, timeout=60)
         assert final.state == "completed", final.cause
         ended = time.monotonic()
@@ -88,5 +88,6 @@ async def test_a_worker_credential_is_confined_to_its_job_and_dies_with_it(
         assert time.monotonic() - ended < 5.0
         assert await refused_at_connect(fed, stolen)
     finally:
-        (out / "stop").touch()
+        if job:
+            release_workers(fed, job, "stop")
         await client.close()

@@ -1,5 +1,10 @@
 """Warm workers: Python workers forked from the zygote see what a fresh interpreter would,
-and every launch a fresh interpreter would run differently is exec'd cold instead."""
+and every launch a fresh interpreter would run differently is exec'd cold instead.
+
+These tests tell a warm worker from a cold one by the process tree, which the sandbox hides
+(a pid namespace of its own): their backends run unsandboxed (`PLAIN`), on trusted code.
+tests/integration/test_sandbox.py holds warm against cold inside the sandbox.
+"""
 
 from __future__ import annotations
 
@@ -61,9 +66,12 @@ def bundle(tmp_path: Path) -> Path:
     return code
 
 
+PLAIN: dict[str, Any] = {"sandbox": "none", "worker_uids": "none"}
+
+
 @pytest.fixture
 async def warm_backend(tmp_path: Path) -> AsyncIterator[ProcessBackend]:
-    b = ProcessBackend(tmp_path / "warm-site", warm=True)
+    b = ProcessBackend(tmp_path / "warm-site", warm=True, **PLAIN)
     try:
         yield b
     finally:
@@ -72,7 +80,8 @@ async def warm_backend(tmp_path: Path) -> AsyncIterator[ProcessBackend]:
 
 async def run_probe(backend: ProcessBackend, code: Path, entrypoint: str | list[str],
                     rank: int = 0, **kw: Any) -> dict[str, Any]:
-    handle = await backend.launch(make_spec(code, entrypoint, rank=rank, cpus=[0], **kw))
+    handle = await backend.launch(make_spec(code, entrypoint, rank=rank, cpus=[0],
+                                            trusted_code=True, **kw))
     ended = await backend.wait(handle)
     assert (ended.exit_code, ended.cause) == (0, None), log_text(handle)
     seen: dict[str, Any] = json.loads(log_text(handle).splitlines()[-1])
@@ -99,7 +108,7 @@ async def test_a_warm_worker_sees_what_a_cold_one_sees(
     extra = tmp_path / "extra"
     extra.mkdir()
     env = {"PYTHONPATH": str(extra), "TZ": "UTC"}
-    cold_backend = ProcessBackend(tmp_path / "cold-site", warm=False)
+    cold_backend = ProcessBackend(tmp_path / "cold-site", warm=False, **PLAIN)
     try:
         cold = await run_probe(cold_backend, bundle, entry, study_env=env)
     finally:
@@ -124,7 +133,7 @@ async def test_a_job_module_named_like_a_preloaded_one_starts_cold(
     (bundle / "json.py").write_text("import sys\nsys.modules[__name__].dumps = None\n"
                                     "MINE = True\n")
     (bundle / "main.py").write_text("import json, os\nprint(getattr(json, 'MINE', False))\n")
-    handle = await warm_backend.launch(make_spec(bundle, "python main.py"))
+    handle = await warm_backend.launch(make_spec(bundle, "python main.py", trusted_code=True))
     assert (await warm_backend.wait(handle)).cause is None
     assert log_text(handle).strip() == "True"
     assert stat(int(handle.native_id)) is None  # a cold wrapper, reaped by us
@@ -155,7 +164,7 @@ async def test_warm_workers_can_be_turned_off(
     tmp_path: Path, bundle: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CAIRN_WARM_WORKERS", "0")
-    backend = ProcessBackend(tmp_path / "site", warm=True)
+    backend = ProcessBackend(tmp_path / "site", warm=True, **PLAIN)
     try:
         assert backend._zygote is None
         seen = await run_probe(backend, bundle, "python -m probe")

@@ -264,3 +264,14 @@ def test_causes_are_the_closed_set() -> None:
         "allocation-mismatch",
         "infrastructure",
     }
+
+
+def test_trusted_code_is_off_unless_written() -> None:
+    assert runtime().studies["lung-cancer"].trusted_code is False
+    marked = runtime("format: 1\nstudies:\n  lung-cancer: {trusted_code: true}\n")
+    assert marked.studies["lung-cancer"].trusted_code is True
+
+
+def test_trusted_code_is_a_boolean() -> None:
+    err = error("format: 1\nstudies:\n  lung-cancer: {trusted_code: maybe}\n")
+    assert "trusted_code" in str(err) and err.line == 3

@@ -112,3 +112,31 @@ def test_errors_name_file_line_and_field(
 def test_bad_site_names_are_refused(bad: str) -> None:
     exc = error(EXAMPLE.replace("site: site-a", f"site: '{bad}'"), InvalidName)
     assert (exc.field, exc.line) == ("site", 1)
+
+
+def test_process_isolation_defaults_to_the_strongest_available() -> None:
+    config = site(EXAMPLE)
+    assert (config.process.sandbox, config.process.worker_uids) == ("auto", "auto")
+    assert config.process.read_only == ()
+
+
+def test_process_isolation_settings_parse() -> None:
+    config = site(EXAMPLE + "process: {sandbox: none, worker_uids: 1600000000-1600000099, "
+                  "read_only: [/opt/conda]}\n")
+    assert config.process.sandbox == "none"
+    assert config.process.worker_uids == "1600000000-1600000099"
+    assert config.process.read_only == ("/opt/conda",)
+
+
+@pytest.mark.parametrize(("section", "says"), [
+    ("{sandbx: none}", "process.sandbx: unknown field"),
+    ("{sandbox: firejail}", "process.sandbox"),
+    ("{worker_uids: 0-99}", "process.worker_uids: '0-99': use uids from 1000"),
+    ("{worker_uids: 60000-70000}", "holds 65534"),
+    ("{worker_uids: 2000-1000}", "first uid is above the last"),
+    ("{worker_uids: lots}", "is not FIRST-LAST"),
+    ("{read_only: [opt/conda]}", "process.read_only[0]: 'opt/conda': give an absolute path"),
+])
+def test_bad_process_settings_name_the_field(section: str, says: str) -> None:
+    err = error(EXAMPLE + f"process: {section}\n")
+    assert says in str(err) and err.file == "site.yaml" and err.line == 8

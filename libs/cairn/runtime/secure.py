@@ -55,6 +55,10 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
     url = f"tls://{nats.host}:{nats.port}"
     provision(fed, trust_dir, url=url, hosts=["localhost", nats.host], port=nats.port,
               monitor_port=nats.monitor_port)
+    # The root seed, the CA key and every kit: this user's alone, so a worker under a uid of
+    # its own cannot even look in (a sandboxed one does not see the folder at all).
+    for folder in (trust_dir, trust_dir / "root"):
+        folder.chmod(0o700)
     nats.config_file = write_nats_config(trust_dir, host=nats.host, port=nats.port,
                                          monitor_port=nats.monitor_port,
                                          store_dir=nats.store_dir.resolve())

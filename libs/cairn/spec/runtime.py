@@ -4,6 +4,10 @@ It is the site's whole say over a study: which images may run, which datasets ar
 (read-only unless `mode: rw`), what env and secret references a worker gets, how much the study
 may use here, and per-backend settings. A study missing from the file gets nothing at the site.
 
+`trusted_code: true` says the operator trusts the study's code with the site's own secrets:
+a process-backend site that cannot isolate its workers (no sandbox, no worker uid; see
+docs/sites/process.md) runs such a study, and refuses every other one.
+
 `validation` is the reserved study for recipe check jobs (the validator's own jobs): a site
 that wants to be validated lists it, usually with a checks image and generous limits.
 """
@@ -152,6 +156,7 @@ class _RawPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     docker: DockerPolicy | None = None
     kubernetes: KubernetesSettings | None = None
     slurm: SlurmPolicy | None = None
+    trusted_code: bool = False
 
 
 class _RawRuntime(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -170,6 +175,9 @@ class StudyPolicy(msgspec.Struct, frozen=True, kw_only=True):
     docker: DockerPolicy | None = None
     kubernetes: KubernetesSettings | None = None
     slurm: SlurmPolicy | None = None
+    trusted_code: bool = False
+    """The operator trusts this study's code with the site's secrets (see the module
+    docstring); False unless written."""
 
 
 class StudyRuntime(msgspec.Struct, frozen=True, kw_only=True):
@@ -253,6 +261,7 @@ def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPo
         docker=raw.docker,
         kubernetes=kube,
         slurm=raw.slurm,
+        trusted_code=raw.trusted_code,
     )
 
 

@@ -76,6 +76,50 @@ class KubernetesCluster(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     workdir_claim: str | None = None
 
 
+class ProcessSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a `backend: process` site keeps job code from its own secrets
+    (docs/sites/process.md).
+
+    `sandbox`: `auto` (the default) runs each worker in a bubblewrap sandbox where bwrap
+    works here, `bwrap` requires it (the launcher does not start without it), `none` turns it
+    off (said at every start). `worker_uids`: `auto` gives each worker a uid of its own from
+    a block of 1000 in 1600000000-1799999999 (chosen by the workdir) when the launcher runs
+    as root; `FIRST-LAST` names the range (it must be Cairn's alone, and another site's on
+    the same host another one); `none` runs workers as the launcher's user. `read_only`: more
+    host paths (absolute; a conda environment, shared tools) that sandboxed workers may read.
+    With neither a sandbox nor worker uids, only studies marked `trusted_code: true` run.
+    """
+
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    worker_uids: str = "auto"
+    read_only: tuple[str, ...] = ()
+
+
+def parse_uid_range(text: str) -> range:
+    """`FIRST-LAST` (or one uid) as a range; no system uid, nobody (65534) or (uid_t)-1.
+
+    Raises:
+        ValueError: with the reason.
+    """
+    first, dash, last = text.strip().partition("-")
+    if not first.isdigit() or (dash and not last.isdigit()):
+        raise ValueError(f"{text!r} is not FIRST-LAST (example: 1600000000-1600000999)")
+    lo, hi = int(first), int(last) if dash else int(first)
+    if lo > hi:
+        raise ValueError(f"{text!r}: the first uid is above the last")
+    if lo < 1000 or hi >= 2**32 - 1:
+        raise ValueError(f"{text!r}: use uids from 1000 to 4294967294 (no system accounts)")
+    if lo <= 65534 <= hi or lo <= 65535 <= hi:
+        raise ValueError(f"{text!r} holds 65534/65535 (nobody, the 16-bit -1)")
+    return range(lo, hi + 1)
+
+
+class _RawProcess(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    worker_uids: str | int = "auto"
+    read_only: list[str] = []
+
+
 class _RawSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     site: str
     federation: str
@@ -87,6 +131,7 @@ class _RawSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gpu_ids: list[str | int] | None = None
     kubernetes: KubernetesCluster | None = None
     slurm: SlurmCluster | None = None
+    process: _RawProcess | None = None
 
 
 class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +149,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
         gpu_ids: GPU indexes or UUIDs the agent hands out (CUDA_VISIBLE_DEVICES), if given.
         kubernetes: The cluster's API, for `backend: kubernetes` (paths made absolute).
         slurm: How to reach the cluster, for `backend: slurm` (paths made absolute).
+        process: How workers are isolated, for `backend: process` (defaults when omitted).
     """
 
     site: str
@@ -116,6 +162,7 @@ class SiteConfig(msgspec.Struct, frozen=True, kw_only=True):
     gpu_ids: tuple[str, ...] = ()
     kubernetes: KubernetesCluster | None = None
     slurm: SlurmCluster | None = None
+    process: ProcessSettings = ProcessSettings()
 
 
 def discover_inventory() -> Resources:
@@ -182,7 +229,25 @@ def parse_site_config(
         gpu_ids=gpu_ids,
         kubernetes=_kubernetes(where, raw.kubernetes, base),
         slurm=_slurm(where, raw.slurm, base),
+        process=_process(where, raw.process),
     )
+
+
+def _process(where: Located, raw: _RawProcess | None) -> ProcessSettings:
+    if raw is None:
+        return ProcessSettings()
+    uids = str(raw.worker_uids).strip()
+    if uids not in ("auto", "none"):
+        try:
+            parse_uid_range(uids)
+        except ValueError as exc:
+            raise where.error(("process", "worker_uids"), f"{exc}; or auto, none") from None
+    for index, path in enumerate(raw.read_only):
+        if not path.startswith("/"):
+            raise where.error(("process", "read_only", index),
+                              f"{path!r}: give an absolute path")
+    return ProcessSettings(sandbox=raw.sandbox, worker_uids=uids,
+                           read_only=tuple(raw.read_only))
 
 
 def _slurm(where: Located, raw: SlurmCluster | None, base: Path) -> SlurmCluster | None:

@@ -7,7 +7,8 @@ It then:
 1. changes to the working directory and pins CPUs (the child inherits both);
 2. forks and execs the real command; in the child, before exec, it joins the worker's cgroup
    or sets RLIMIT_AS, so the wrapper itself stays outside the memory limit and survives an
-   OOM kill of the worker to write the record; it then proves the allocation
+   OOM kill of the worker to write the record; it takes the worker's uid, where it has one;
+   it then proves the allocation
    (`cairn.worker.allocation`: a worker that can use more or fewer GPUs than it asked for
    exits 78 before its program runs; the SDK checks again, with NVML);
 3. blocks SIGTERM/SIGINT/SIGHUP for itself (the process backend starts it with them blocked
@@ -21,19 +22,30 @@ It then:
 It sits on every launch's path, so it imports almost nothing: no json (its `re` import costs
 more than the rest of the wrapper), no subprocess (fork, exec and waitpid are enough).
 
-Usage: python -I -S _exitwrap.py EXIT_PATH CWD CPUS CGROUP_PROCS RLIMIT_AS -- ARGV...
-(CPUS a comma list or "-", CGROUP_PROCS a path or "-", RLIMIT_AS bytes or "-").
+In a sandboxed launch (`_sandbox.py`) this wrapper runs inside the sandbox, as its first
+process after bwrap's own init, so it sees the worker exactly as the worker sees itself; with
+a worker uid it keeps just CAP_SETUID and CAP_SETGID, and the worker takes its uid in step 2.
+A worker's folders are its own, so the record is written with no link followed and into a
+file only the wrapper creates (`write_record`).
+
+Usage: python -I -S _exitwrap.py EXIT_PATH CWD CPUS CGROUP_PROCS RLIMIT_AS UID -- ARGV...
+(CPUS a comma list or "-", CGROUP_PROCS a path or "-", RLIMIT_AS bytes or "-", UID the worker
+uid or "-" for the wrapper's own). `_exitwrap.py --probe UID PYTHON`: take UID and start
+PYTHON, as a worker would (the launcher's check that a worker can start here).
 """
 
 import os
 import resource
 import signal
 import sys
+from collections.abc import Callable
 
 # Exit status when the command could not be started, as shells use for "not found".
 SPAWN_FAILED = 127
 # What the launcher sends a worker's process group; the wrapper outlives them.
 GROUP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _json_str(text: str) -> str:
@@ -60,22 +72,58 @@ def write_record(path: str, code: int | None, signum: int | None, error: str | N
 
     body = (f'{{"code": {num(code)}, "signal": {num(signum)}, '
             f'"error": {"null" if error is None else _json_str(error)}}}')
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(body)
-    os.replace(tmp, path)
+    try:
+        _store(path, body)
+    except OSError as exc:
+        # The worker made its folder unfit for the record (its `.cairn` is a link now, say):
+        # the launcher goes by the exit status alone, and the log says why.
+        print(f"cairn: cannot write the exit record {path}: {exc}", file=sys.stderr,
+              flush=True)
 
 
-def confine(cgroup_procs: str | None, rlimit_as: int | None,
-            interrupt: signal.Handlers | object = signal.SIG_DFL) -> None:
-    """In the worker, before its program runs: join its cgroup or cap its address space, and
-    let the group's signals act again (SIGINT through `interrupt`); one that arrived while it
-    started is delivered now."""
+def _store(path: str, body: str) -> None:
+    folder, name = os.path.split(path)
+    # The worker owns its working directory: no link in `.cairn` or in the file's place is
+    # followed, and the temporary file is one this wrapper made (O_EXCL).
+    top = os.open(os.path.dirname(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        here = os.open(os.path.basename(folder), _DIR_FLAGS, dir_fd=top)
+    finally:
+        os.close(top)
+    try:
+        tmp = f"{name}.tmp"
+        for _ in range(3):
+            try:
+                fd = os.open(tmp, _NEW_FILE, 0o644, dir_fd=here)
+                break
+            except FileExistsError:
+                os.unlink(tmp, dir_fd=here)
+        else:
+            raise OSError(f"cannot create {tmp} in {folder}")
+        try:
+            os.write(fd, body.encode("utf-8"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=here, dst_dir_fd=here)
+    finally:
+        os.close(here)
+
+
+def confine(cgroup_procs: str | None, rlimit_as: int | None, uid: int | None = None,
+            interrupt: signal.Handlers | object = signal.SIG_DFL,
+            drop: Callable[[], None] | None = None) -> None:
+    """In the worker, before its program runs: join its cgroup or cap its address space, take
+    its uid (or, without one, call `drop` to shed privileges), and let the group's signals act
+    again (SIGINT through `interrupt`); one that arrived while it started is delivered now."""
     if cgroup_procs:
         with open(cgroup_procs, "w", encoding="ascii") as fh:
             fh.write(str(os.getpid()))
     if rlimit_as:
         resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
+    if uid is not None:
+        become(uid)
+    elif drop is not None:
+        drop()
     if "CAIRN_ALLOCATION" in os.environ:
         prove_allocation()  # with its limits in place, before anything of the job runs
     for signum in GROUP_SIGNALS:
@@ -84,13 +132,29 @@ def confine(cgroup_procs: str | None, rlimit_as: int | None,
     signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
 
 
+def become(uid: int) -> None:
+    """Take the worker's uid (and the same gid, no other groups): every capability goes with
+    root's uid. Then no_new_privs, where the sandbox has not set it already, so no set-uid
+    program gives anything back."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    with open("/proc/self/status", encoding="ascii") as fh:
+        unset = "NoNewPrivs:\t0\n" in fh.read()
+    if unset:
+        import ctypes  # only off the sandbox: bwrap set it for us
+
+        if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+
+
 def _child(argv: list[str], cgroup_procs: str | None, rlimit_as: int | None,
-           report: int) -> None:
+           uid: int | None, report: int) -> None:
     """In the forked child: confine, exec; on failure tell the parent why and exit."""
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        confine(cgroup_procs, rlimit_as)
+        confine(cgroup_procs, rlimit_as, uid)
         os.execvp(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - anything here means "could not start"
         try:
@@ -168,9 +232,19 @@ def supervise(pid: int, read_end: int, exit_path: str, program: str) -> int:
     return code
 
 
+def probe(uid: str, python: str) -> None:
+    """`--probe`: take `uid` (unless "-") and become `python` doing nothing."""
+    if uid != "-":
+        become(int(uid))
+    os.stat(os.getcwd())  # the worker's folder is reachable under that uid
+    os.execv(python, [python, "-I", "-S", "-c", ""])
+
+
 def main(args: list[str]) -> int:
-    exit_path, cwd, cpus, cgroup_procs, rlimit_as = args[1:6]
-    argv = args[7:] if len(args) > 6 and args[6] == "--" else []
+    if len(args) == 4 and args[1] == "--probe":
+        probe(args[2], args[3])
+    exit_path, cwd, cpus, cgroup_procs, rlimit_as, uid = args[1:7]
+    argv = args[8:] if len(args) > 7 and args[7] == "--" else []
     try:
         if not argv:
             raise ValueError("no command given")
@@ -187,7 +261,8 @@ def main(args: list[str]) -> int:
     if pid == 0:
         os.close(read_end)
         _child(argv, None if cgroup_procs == "-" else cgroup_procs,
-               None if rlimit_as == "-" else int(rlimit_as), write_end)
+               None if rlimit_as == "-" else int(rlimit_as),
+               None if uid == "-" else int(uid), write_end)
     os.close(write_end)
     return supervise(pid, read_end, exit_path, argv[0])
 

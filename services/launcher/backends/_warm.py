@@ -59,6 +59,8 @@ class Zygote:
         self.env = env
         self.modules: frozenset[str] = frozenset()
         self.ready = False
+        self.forked = 0
+        """Workers started warm so far."""
         self.pid: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -192,14 +194,18 @@ class Zygote:
         return bool(_top_level_names(roots) & self.modules)
 
     async def spawn(self, argv: list[str], env: dict[str, str], workdir: Path,
-                    cpus: list[int], limit: MemoryLimit) -> tuple[int, int] | None:
-        """Start the worker from the zygote: (wrapper pid, its start ticks), or None when
-        this launch must be exec'd instead."""
+                    cpus: list[int], limit: MemoryLimit, *, uid: int | None = None,
+                    sandbox: list[str] | None = None,
+                    holder: str = "cat") -> tuple[int, int] | None:
+        """Start the worker from the zygote: (session leader pid, its start ticks), or None
+        when this launch must be exec'd instead. With `sandbox` (bwrap and its options), in
+        that sandbox, which `holder` keeps open (see `_nsjoin`); with `uid`, under it."""
         request = {
             "exit_path": str(exit_path(workdir)), "cwd": str(workdir),
             "cpus": ",".join(str(c) for c in cpus) or "-",
             "cgroup_procs": limit.cgroup_procs or "-",
             "rlimit_as": str(limit.rlimit_as) if limit.rlimit_as else "-",
+            "uid": "-" if uid is None else str(uid), "sandbox": sandbox, "holder": holder,
             "log_path": str(workdir / LOG_NAME), "argv": argv, "env": env,
         }
         if limit.rlimit_as or not self.plain_python(argv, env, workdir):
@@ -228,6 +234,7 @@ class Zygote:
         if "error" in reply:
             # Whatever stopped the wrapper would stop an exec'd one too: say so.
             raise LaunchFailed(f"cannot start the worker: {reply['error']}")
+        self.forked += 1
         return int(reply["pid"]), int(reply["start_ticks"])
 
     async def _read(self) -> dict[str, Any]:

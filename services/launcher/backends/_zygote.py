@@ -13,10 +13,16 @@ its thread settings when it is imported, which must happen under the worker's en
 and CPU affinity). `_warm.py` sends only launches that a fresh interpreter would run the
 same way; everything else is exec'd as before.
 
+A sandboxed launch gets the sandbox a cold one would (`_nsjoin.py`): the forked session
+leader starts bwrap with the worker's view and joins its pid namespace; the wrapper it forks
+there joins the rest and carries on as `_exitwrap` inside; the worker takes its uid (or, with
+none, gives up root's capabilities) before any job code runs.
+
 Protocol on the socket passed as argv[1] (each message a 4-byte big-endian length and JSON):
 the zygote first sends {"ready": true, "modules": [top-level names it imported]}; then per
-request {"exit_path", "cwd", "cpus", "cgroup_procs", "rlimit_as", "log_path", "argv", "env"}
-it answers {"pid", "start_ticks"} or {"error"}. End of file on the socket ends the zygote;
+request {"exit_path", "cwd", "cpus", "cgroup_procs", "rlimit_as", "uid", "sandbox",
+"log_path", "argv", "env"} (uid "-" or a number; sandbox null or bwrap with its options) it
+answers {"pid", "start_ticks"} or {"error"}. End of file on the socket ends the zygote;
 its wrappers live on (the launcher finds them again by pid and exit record).
 """
 
@@ -36,7 +42,7 @@ import sys
 import types
 from typing import Any
 
-from cairn.launcher.backends import _exitwrap, _proc
+from cairn.launcher.backends import _exitwrap, _nsjoin, _proc
 
 PRELOAD = ("cairn.worker", "cairn.worker.rounds",
            # imported when the worker connects (credentials, TLS, the host name's encoding,
@@ -122,6 +128,11 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
         ticks = _proc.start_ticks(os.getpid())
         if ticks is None:
             raise OSError("no /proc entry of its own")
+        # Before the launcher hears of us: once it has the pid, the log is there to read.
+        log = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
     except OSError as exc:
         os.write(ready, f"cannot start a session: {exc}".encode())
         os._exit(_exitwrap.SPAWN_FAILED)
@@ -131,10 +142,8 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
     os.close(ready)
     exit_path = req["exit_path"]
     try:
-        log = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
+        if req.get("sandbox"):
+            _enter_sandbox(req)
         read_end, write_end = _exitwrap.prepare(req["cwd"], req["cpus"])
         stopped = _exitwrap.stopped_before_start(exit_path)
         if stopped is not None:
@@ -159,8 +168,38 @@ def _wrapper(req: dict[str, Any], ready: int) -> dict[str, Any]:
         os.close(write_end)
         return req
     os.close(write_end)
+    if "userns_fd" in req:
+        os.close(req["userns_fd"])  # the worker's alone
     code = _exitwrap.supervise(pid, read_end, exit_path, req["argv"][0])
     os._exit(code & 0xFF)
+
+
+def _enter_sandbox(req: dict[str, Any]) -> None:
+    """In the session leader: start the worker's sandbox, fork the wrapper into it, and stay
+    outside as what the launcher watches, ending with the wrapper's status. Returns only in
+    the wrapper, which is then inside (see `_nsjoin`).
+
+    Raises:
+        OSError: the sandbox did not come up.
+    """
+    holder = _nsjoin.start_holder(req["sandbox"], req["holder"], {"PATH": "/usr/bin:/bin"})
+    stopped = _exitwrap.stopped_before_start(req["exit_path"])
+    if stopped is not None:
+        os._exit(stopped)
+    _nsjoin.join_pid_namespace(holder)
+    pid = os.fork()
+    if pid == 0:
+        user = _nsjoin.join_view(holder)
+        if user is not None:
+            req["userns_fd"] = user  # the worker's to join, last
+        return
+    holder.close_namespaces()
+    # A group signal that came just before the fork is ours alone: the wrapper must see it.
+    for signum in set(signal.sigpending()) & set(_exitwrap.GROUP_SIGNALS):
+        os.kill(pid, signum)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit((128 - code if code < 0 else code) & 0xFF)  # and the holder ends with us
 
 
 def _become_worker(req: dict[str, Any]) -> None:
@@ -183,9 +222,20 @@ def _become_worker(req: dict[str, Any]) -> None:
 
     telemetry.reset_from_env()
     # Last: a signal that came while the worker started is delivered here, and ends it.
-    cgroup, rlimit = req["cgroup_procs"], req["rlimit_as"]
+    cgroup, rlimit, uid = req["cgroup_procs"], req["rlimit_as"], req.get("uid", "-")
     _exitwrap.confine(None if cgroup == "-" else cgroup, None if rlimit == "-" else int(rlimit),
-                      interrupt=signal.default_int_handler)
+                      None if uid == "-" else int(uid), interrupt=signal.default_int_handler,
+                      # Joined as the wrapper's user (root, or the user namespace's owner):
+                      # keep none of its capabilities, as bwrap's own command keeps none.
+                      drop=(lambda: _shed(req)) if req.get("sandbox") else None)
+
+
+def _shed(req: dict[str, Any]) -> None:
+    """A sandboxed warm worker without a uid of its own: into the sandbox's own user
+    namespace where it has one, and no capability left."""
+    if "userns_fd" in req:
+        _nsjoin.join_user(req.pop("userns_fd"))
+    _nsjoin.drop_privileges()
 
 
 def run(req: dict[str, Any]) -> None:

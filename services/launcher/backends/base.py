@@ -55,7 +55,7 @@ def capability_names(capabilities: Capability) -> list[str]:
 
 # The part of JOBSPEC's closed cause set that a backend can observe about one worker.
 ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "infrastructure",
-                    "unschedulable", "allocation-mismatch", "image-not-approved"]
+                    "unschedulable", "allocation-mismatch", "image-not-approved", "site-policy"]
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +92,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
             (`k8s:<secret>/<key>` on the kubernetes backend: mounted, never read).
         gpus_requested: GPUs the job asked for (per node), which the worker proves it got
             (`allocation_env`); None: as many as `gpus` lists.
+        trusted_code: The site's study_runtime.yaml marks the study's code as trusted
+            (`trusted_code: true`): a process backend that cannot isolate workers from the
+            site runs it all the same, and refuses every other study.
     """
 
     launch_id: str
@@ -117,6 +120,7 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     secret_refs: dict[str, str] = {}
     nodes: int = 1
     gpus_requested: int | None = None
+    trusted_code: bool = False
 
     @property
     def gpus_asked(self) -> int:

@@ -4,8 +4,11 @@ CairnError
 ├── InvalidInput            a spec the backend cannot honour (bad entrypoint, CPUs not ours)
 ├── Conflict                the launch id's working directory already exists
 └── LaunchFailed            the worker could not be started (maps to cause `launch-failed`)
-    └── ImageNotApproved    the image is not what the site approved: its digest does not
-                            match the one pinned (maps to cause `image-not-approved`)
+    ├── ImageNotApproved    the image is not what the site approved: its digest does not
+    │                       match the one pinned (maps to cause `image-not-approved`)
+    └── StudyRefused        the site will not run this study's code as it is (a process site
+                            that cannot isolate workers and a study not marked trusted_code;
+                            maps to cause `site-policy`)
 """
 
 from __future__ import annotations
@@ -24,3 +27,9 @@ class ImageNotApproved(LaunchFailed):
     reports cause `image-not-approved`."""
 
     code = "image-not-approved"
+
+
+class StudyRefused(LaunchFailed):
+    """The site's own policy refuses this launch: reported with cause `site-policy`."""
+
+    code = "site-policy"

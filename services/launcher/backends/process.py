@@ -13,6 +13,11 @@ enforcing them; a worker that overran while the launcher was down is stopped on 
 Secrets: each `secret_env` value is a 0400 file in the worker's private (0700)
 `.cairn/secrets/`, named by `<NAME>_FILE` in its environment, and deleted when it ends. The
 worker proves its allocation (`CAIRN_ALLOCATION`) before its code runs.
+
+Isolation (`_isolation.py`): job code is hostile. Where the site allows, each worker runs in
+a bubblewrap sandbox that shows it only the interpreter, its own folder and its datasets, in
+a pid namespace of its own, and under a uid of its own; warm workers join the same sandbox
+(`_nsjoin.py`). A site that can do neither runs only studies marked `trusted_code: true`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from cairn.errors import InvalidInput
 from cairn.launcher.backends import _proc
 from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._exitcause import Observed, classify
+from cairn.launcher.backends._isolation import Isolation, choose, prepare_isolated
 from cairn.launcher.backends._memlimit import (
     MECHANISMS,
     Mechanism,
@@ -45,7 +51,9 @@ from cairn.launcher.backends._memlimit import (
     oom_kills,
     remove_cgroup,
 )
-from cairn.launcher.backends._spawn import spawn_worker
+from cairn.launcher.backends._sandbox import Protected
+from cairn.launcher.backends._spawn import start_worker
+from cairn.launcher.backends._uids import UidPool
 from cairn.launcher.backends._warm import Zygote, enabled_by_env
 from cairn.launcher.backends._watching import (
     already_known,
@@ -59,12 +67,12 @@ from cairn.launcher.backends._workdir import (
     LOG_NAME,
     base_env,
     dir_name,
-    prepare_workdir,
     read_allocation_mismatch,
     read_chunk,
     read_outcome,
     remove_secrets,
     secrets_dir,
+    take_back,
     worker_argv,
     worker_env,
 )
@@ -112,6 +120,11 @@ class ProcessBackend:
         poll_s: How often a watch looks at its worker (it also wakes when the worker ends).
         warm: Start Python workers from a warm interpreter (`_warm.py`) where that changes
             nothing but the start time; `CAIRN_WARM_WORKERS=0` turns it off.
+        sandbox: `auto` (bwrap where it works here), `bwrap` (required) or `none`.
+        worker_uids: `auto` (a uid of its own per worker, as root), `none`, or `FIRST-LAST`.
+        read_only: More host paths sandboxed workers may read.
+        protected: Paths no worker may see (the launcher's credentials, its config, ...);
+            the site workdir is always one.
     """
 
     name = "process"
@@ -126,8 +139,12 @@ class ProcessBackend:
         python: str | None = None,
         poll_s: float = 0.25,
         warm: bool = False,
+        sandbox: str = "auto",
+        worker_uids: str = "auto",
+        read_only: tuple[str, ...] | list[str] = (),
+        protected: tuple[str, ...] | list[str] = (),
     ) -> None:
-        self.root = Path(workdir)
+        self.root = Path(workdir).absolute()  # the sandbox mounts by absolute path
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.python = python or sys.executable
@@ -148,6 +165,10 @@ class ProcessBackend:
         self._watches: dict[str, _Watch] = {}
         self._ended: dict[str, WorkerExit] = {}
         self._cpu_load: Counter[int] = Counter()
+        self.isolation: Isolation = choose(
+            sandbox, worker_uids, python=self.python, workdir=self.root,
+            read_only=tuple(read_only), protected=Protected.of([*protected, self.root]))
+        self._uids = UidPool(self.isolation.uids) if self.isolation.uids else None
         self._zygote = (
             # The endpoint tells the zygote to preload the tracing SDK (see _zygote.py).
             Zygote(self.python, {**base_env(self.python, home=str(self.root)),
@@ -163,14 +184,20 @@ class ProcessBackend:
         Raises:
             InvalidInput: a bad entrypoint, or CPUs this launcher may not use.
             Conflict: this launch id was launched before (reattach instead).
-            LaunchFailed: missing code or dataset, program not found, spawn failed.
+            LaunchFailed: missing code or dataset, program not found, spawn failed, a
+                dataset the sandbox does not mount.
+            StudyRefused: this site cannot isolate workers and the study is not trusted.
         """
+        self.isolation.admit(spec)
         cpus = pick_cpus(spec, self._cpu_load)
-        workdir = await asyncio.to_thread(prepare_workdir, spec, self.root, secrets=True)
+        uid, workdir = await asyncio.to_thread(
+            prepare_isolated, self.isolation, self._uids, spec, self.root)
         limit = MemoryLimit(mechanism="none")
         try:
             env = worker_env(spec, workdir, self.python, secret_files=True)
             env.update(allocation_env(spec, cpus))
+            if self.isolation.isolated:
+                env["HOME"] = str(workdir)  # the launcher's own is not the job's business
             if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
                 env[tracespool.SPOOL_ENV] = str(tracespool.spool_path(workdir))
             argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
@@ -180,18 +207,16 @@ class ProcessBackend:
                 spec.memory_bytes,
                 self.memory_mechanism,
             )
-            started = None
-            if self._zygote is not None:
-                started = await self._zygote.spawn(argv, env, workdir, cpus, limit)
-            if started is None:
-                pid = spawn_worker(self.python, argv, env, workdir, cpus, limit)
-                ticks = _proc.start_ticks(pid)
-            else:
-                pid, ticks = started
+            pid, ticks = await start_worker(
+                self.python, argv, env, workdir, cpus, limit, uid=uid,
+                sandbox=self.isolation.sandbox, zygote=self._zygote,
+                datasets=[(name, str(Path(m.source).resolve()), m.mode)
+                          for name, m in spec.datasets.items()], gpus=spec.gpus)
         except BaseException:
             # Nothing ran: leave no directory behind, so the same launch id may be retried.
             await asyncio.to_thread(remove_cgroup, limit.cgroup)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+            await asyncio.to_thread(self._release_uid, spec.launch_id)
             raise
         handle = LaunchHandle(
             launch_id=spec.launch_id,
@@ -208,6 +233,14 @@ class ProcessBackend:
         )
         self._start_watch(handle)
         return handle
+
+    def _release_uid(self, launch_id: str) -> None:
+        if self._uids is not None:
+            self._uids.release(launch_id)  # blocking: reads /proc
+
+    def health(self) -> dict[str, object]:
+        """What the launcher's health reply says of this backend: its workers' isolation."""
+        return self.isolation.health()
 
     async def wait(self, handle: LaunchHandle) -> WorkerExit:
         """Wait for the worker to end (bounded by its timeout) and say how it ended."""
@@ -232,6 +265,12 @@ class ProcessBackend:
         known = already_known(self, handle)
         if known is not None:
             return known
+        if self._uids is not None:
+            # Its folder's group is its uid while it runs: held until it ends, and its
+            # leftovers die then.
+            with contextlib.suppress(OSError):
+                group = (await asyncio.to_thread(os.stat, handle.workdir)).st_gid
+                self._uids.claim(handle.launch_id, group)
         watch = self._new_watch(handle)
         seen = _proc.poll(watch.pid, handle.start_ticks)
         if not seen.running:
@@ -340,6 +379,9 @@ class ProcessBackend:
         )
         await asyncio.to_thread(remove_cgroup, handle.cgroup)
         await asyncio.to_thread(remove_secrets, secrets_dir(handle.workdir))
+        if self._uids is not None:
+            await asyncio.to_thread(take_back, handle.workdir)
+            await asyncio.to_thread(self._release_uid, handle.launch_id)
         if observed.status_code == MISMATCH_EXIT or (record and record.code == MISMATCH_EXIT):
             mismatch = await asyncio.to_thread(read_allocation_mismatch, handle.workdir)
             observed = msgspec.structs.replace(observed, allocation_mismatch=mismatch)
