@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cairn import subjects
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import release_workers, write_job
 from tests.integration.insiders import admin_of, insiders, kit, wait_for, worker_creds
 from tests.integration.security_helpers import Probe, connect_as, js_allowed
 from tests.integration.test_insider_events import WAIT_FOR_MARKER
@@ -19,9 +19,8 @@ __all__ = ["insiders"]
 JS = "$JS.API"
 
 
-def _job(tmp_path: Path, marker: Path, name: str) -> Path:
-    return write_job(tmp_path / name, name=name, script=WAIT_FOR_MARKER.replace(
-        'os.environ["MARKER"]', repr(str(marker))), roles="""\
+def _job(tmp_path: Path, name: str) -> Path:
+    return write_job(tmp_path / name, name=name, script=WAIT_FOR_MARKER, roles="""\
         roles:
           client:
             entrypoint: python main.py
@@ -46,10 +45,9 @@ async def test_no_one_touches_anothers_consumers_or_job(insiders: EmbeddedFedera
                                                        tmp_path: Path) -> None:
     fed = insiders
     alpha = await admin_of(fed, "alpha")
-    marker = tmp_path / "release"
     try:
-        job = await alpha.submit(_job(tmp_path, marker, "mine"))
-        other = await alpha.submit(_job(tmp_path, marker, "theirs"))
+        job = await alpha.submit(_job(tmp_path, "mine"))
+        other = await alpha.submit(_job(tmp_path, "theirs"))
 
         async def running() -> bool:
             return (await alpha.job(job)).state == "running"
@@ -89,7 +87,8 @@ async def test_no_one_touches_anothers_consumers_or_job(insiders: EmbeddedFedera
             await worker.close()
 
         assert await _consumers(fed, stream) >= before
-        marker.touch()
+        for j in (job, other):
+            release_workers(fed, j)
         for j in (job, other):
             final = await alpha.wait(j, timeout=90)
             assert final.state == "completed", final.cause

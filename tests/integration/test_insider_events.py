@@ -18,7 +18,7 @@ from cairn import subjects
 from cairn.bus import replay
 from cairn.events import DEADLETTER_DECODER, DeadLettered
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import release_workers, write_job
 from tests.integration.insiders import (
     admin_of,
     insiders,
@@ -32,8 +32,8 @@ __all__ = ["insiders"]
 
 AT = datetime(2026, 1, 1, tzinfo=UTC).isoformat()
 WAIT_FOR_MARKER = """\
-import os, pathlib, time
-marker = pathlib.Path(os.environ["MARKER"])
+import pathlib, time
+marker = pathlib.Path("release")  # its own folder: the only place of the host it sees
 deadline = time.time() + 120
 while not marker.exists() and time.time() < deadline:
     time.sleep(0.05)
@@ -80,11 +80,9 @@ async def test_a_sites_forgeries_rewrite_no_membership_and_revoke_no_one(
         insiders: EmbeddedFederation, tmp_path: Path) -> None:
     fed = insiders
     alpha = await admin_of(fed, "alpha")
-    marker = tmp_path / "release"
     try:
         assert not await _may_read(fed, "site-b", "alpha")
-        job = await alpha.submit(write_job(tmp_path / "job", script=WAIT_FOR_MARKER.replace(
-            'os.environ["MARKER"]', repr(str(marker))), roles="""\
+        job = await alpha.submit(write_job(tmp_path / "job", script=WAIT_FOR_MARKER, roles="""\
             roles:
               client:
                 entrypoint: python main.py
@@ -123,7 +121,7 @@ async def test_a_sites_forgeries_rewrite_no_membership_and_revoke_no_one(
             return len([d for d in await _dead_letters(fed)
                         if "not its owner's" in d.error]) >= 3
         await wait_for(reported, "the coordinator dead-letters the three forgeries")
-        marker.touch()
+        release_workers(fed, job)
         final = await alpha.wait(job, timeout=90)
         # The worker was not cut off: it reported its result after the forgery, and the
         # genuine end of it came through the same channel the forgeries did.
@@ -148,10 +146,8 @@ async def test_forged_job_ends_and_membership_are_ignored_by_a_restarted_coordin
         insiders: EmbeddedFederation, tmp_path: Path) -> None:
     fed = insiders
     alpha = await admin_of(fed, "alpha")
-    marker = tmp_path / "release"
     try:
-        job = await alpha.submit(write_job(tmp_path / "job", script=WAIT_FOR_MARKER.replace(
-            'os.environ["MARKER"]', repr(str(marker))), roles="""\
+        job = await alpha.submit(write_job(tmp_path / "job", script=WAIT_FOR_MARKER, roles="""\
             roles:
               client:
                 entrypoint: python main.py
@@ -183,7 +179,7 @@ async def test_forged_job_ends_and_membership_are_ignored_by_a_restarted_coordin
         await fed.wait_healthy(90)
         assert (await alpha.job(job)).state == "running"
         assert "site-a" in (await alpha.study_show()).sites
-        marker.touch()
+        release_workers(fed, job)
         final = await alpha.wait(job, timeout=90)
         assert final.state == "completed", final.cause
         assert [r.value for r in final.results] == [{"finished": True}]

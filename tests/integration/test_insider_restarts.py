@@ -9,7 +9,7 @@ from pathlib import Path
 from cairn import subjects
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import make_federation
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import release_workers, write_job
 from tests.integration.insiders import (
     SITES,
     admin_of,
@@ -26,9 +26,8 @@ from tests.integration.test_insider_events import WAIT_FOR_MARKER
 __all__ = ["insiders"]
 
 
-def _job(tmp_path: Path, marker: Path) -> Path:
-    return write_job(tmp_path / "job", script=WAIT_FOR_MARKER.replace(
-        'os.environ["MARKER"]', repr(str(marker))), roles="""\
+def _job(tmp_path: Path) -> Path:
+    return write_job(tmp_path / "job", script=WAIT_FOR_MARKER, roles="""\
         roles:
           client:
             entrypoint: python main.py
@@ -41,9 +40,8 @@ async def test_a_restarted_authority_cuts_off_what_it_admitted_before(
         insiders: EmbeddedFederation, tmp_path: Path) -> None:
     fed = insiders
     alpha = await admin_of(fed, "alpha")
-    marker = tmp_path / "release"
     try:
-        job = await alpha.submit(_job(tmp_path, marker))
+        job = await alpha.submit(_job(tmp_path))
 
         async def running() -> bool:
             return (await alpha.job(job)).state == "running"
@@ -54,7 +52,7 @@ async def test_a_restarted_authority_cuts_off_what_it_admitted_before(
         site_c = await connect_as(fed, kit(fed, "site-c"), reconnect=True)
         await restart_authority(fed)
         assert not worker.closed.is_set(), "a live worker of a live job stays connected"
-        marker.touch()
+        release_workers(fed, job)
         assert (await alpha.wait(job, timeout=90)).state == "completed"
 
         async def cut_off() -> bool:

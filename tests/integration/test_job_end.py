@@ -13,30 +13,42 @@ from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.integration.cp_helpers import study_events
 
-# The server ends once the lingering client is up (so that client surely outlives it).
+# The server ends once the lingering client is up (so that client surely outlives it): the
+# client says so on the job's data plane (sandboxed workers share no folder).
 SERVER = """\
-import json, os, pathlib, time
-up = pathlib.Path(json.loads(os.environ["CAIRN_PARAMS"])["lingering"])
-for _ in range(1200):  # bounded: 120 s
-    if up.exists():
-        break
-    time.sleep(0.1)
-print("server done", flush=True)
+from cairn.worker import Worker, main
+
+
+async def run(w: Worker) -> None:
+    await w.receive("up", 120)
+    print("server done", flush=True)
+
+main(run)
 """
 # The client at site-a ends at once; the one at site-b never ends by itself, and records the
 # SIGTERM it gets (so the test sees it was asked to stop, not killed).
 CLIENT = """\
-import json, os, pathlib, signal, time
+import os, pathlib, signal, time
+
+from cairn.worker import Worker, main
+
 workdir = pathlib.Path(os.environ["CAIRN_WORKDIR"])
 if os.environ["CAIRN_SITE"] == "site-a":
     raise SystemExit(0)
+
+
 def stop(signum, frame):
     (workdir / "terminated").write_text(signal.Signals(signum).name)
     os._exit(128 + signum)
-signal.signal(signal.SIGTERM, stop)
-pathlib.Path(json.loads(os.environ["CAIRN_PARAMS"])["lingering"]).write_text("up")
-print("lingering", flush=True)
-time.sleep(600)
+
+
+async def run(w: Worker) -> None:
+    signal.signal(signal.SIGTERM, stop)
+    await w.send("server", 0, "up", {})
+    print("lingering", flush=True)
+    time.sleep(600)
+
+main(run)
 """
 
 
@@ -58,7 +70,6 @@ def write_fl_job(job_dir: Path, end_grace: str) -> Path:
             resources: {{cpus: 1, memory: 256Mi}}
             sites: [site-a, site-b]
         end_grace: {end_grace}
-        params: {{lingering: {job_dir / "lingering-is-up"}}}
         """))
     return path
 

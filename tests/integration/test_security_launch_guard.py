@@ -5,7 +5,9 @@ embedded federation."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from pathlib import Path
 
 import msgspec
@@ -26,14 +28,13 @@ from cairn.events import (
 from cairn.events import decode as decode_event
 from cairn.launcher.records import LaunchRecord, kv_key
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cli_run import wait_for_lines
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import release_workers, write_job
 from tests.integration.security_helpers import connect_as, watch
 
 HELD = '''\
 import json, os, pathlib, time
 params = json.loads(os.environ["CAIRN_PARAMS"])
-with open(params["starts"], "a") as f:
+with open(params["starts"], "a") as f:  # relative: the worker's own folder
     f.write(os.environ["CAIRN_JOB"] + " " + json.dumps(params, sort_keys=True) + "\\n")
 release = pathlib.Path(params["release"])
 for _ in range(1200):  # held until the test releases it, 120 s at most
@@ -77,23 +78,26 @@ async def test_a_copy_of_a_real_launch_under_a_new_launch_id_is_refused(
     params injected and 10x the timeout. It matched the real deploy command before (the
     match ignored the launch id, params and timeout), ran, and got a worker credential."""
     fed = federation
-    starts, release, injected = tmp_path / "starts", tmp_path / "release", tmp_path / "pwned"
-    params = f"params: {{starts: {starts}, release: {release}}}\n"
+    # The worker writes in its own folder (the only place of the host it sees); the test
+    # reads every worker folder of site-a, so a second start of anything would show.
+    params = "params: {starts: starts, release: release}\n"
+    workers = fed.site_dir("site-a") / "work" / "workers"
     bus = await fed.bus()
+    job = ""
     try:
         job = await client.submit(write_job(job_dir, name="held", script=HELD, extra=params,
                                             roles=ONLY_SITE_A))
-        [first] = await wait_for_lines(starts, 1)
+        [first] = await _starts(workers, 1)
         real = await _launch_of(bus, job)
         # A consistent copy (its launch id is its own fields', so it passes the owner
         # check every service applies) that no deploy command ever asked for.
         forged = msgspec.structs.replace(
             real, id="forged-copy", launch_id=f"{job}/site-a/client/0/7", attempt=7,
-            params={**real.params, "starts": str(injected), "injected": True},
+            params={**real.params, "starts": "pwned", "injected": True},
             timeout_s=real.timeout_s * 10)
         # The real launch id again, with its params injected: launched once, never twice.
         again = msgspec.structs.replace(real, id="forged-again",
-                                        params={**real.params, "starts": str(injected)})
+                                        params={**real.params, "starts": "pwned"})
         letters = await watch(bus, subjects.deadletter(subjects.site_stream("site-a").name))
         worker_events = await watch(bus, subjects.site_job_events("demo", "site-a"))
         await _as_site_a(fed, again, forged)
@@ -106,19 +110,31 @@ async def test_a_copy_of_a_real_launch_under_a_new_launch_id_is_refused(
         assert msgspec.json.decode(base64.b64decode(letter.payload_b64))["id"] == forged.id
         # Nothing ran, nothing was given a credential: the guard refused before the worker's
         # directory (where its credential file would be) was made.
-        workers = fed.site_dir("site-a") / "work" / "workers"
         assert not (workers / forged.launch_id.replace("/", "_")).exists()
         assert worker_events.seen == [], [decode_event(m) for m in worker_events.seen]
-        assert not injected.exists()
+        assert not list(workers.glob("*/pwned"))
 
-        release.touch()
+        release_workers(fed, job)
         final = await client.wait(job, timeout=60)
         assert final.state == "completed", final
-        assert starts.read_text().splitlines() == [first], "a worker started twice"
-        assert not injected.exists()
+        assert await _starts(workers, 1) == [first], "a worker started twice"
+        assert not list(workers.glob("*/pwned"))
     finally:
-        release.touch()
+        if job:
+            release_workers(fed, job)
         await bus.close()
+
+
+async def _starts(workers: Path, count: int, timeout_s: float = 60.0) -> list[str]:
+    """Every start line the workers of site-a wrote, once there are `count`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [line for path in sorted(workers.glob("*/starts"))
+                 for line in path.read_text().splitlines()]
+        if len(lines) >= count or time.monotonic() > deadline:
+            assert len(lines) >= count, f"{workers}: {lines}"
+            return lines
+        await asyncio.sleep(0.1)
 
 
 def _forged_elsewhere(marker: Path) -> LaunchRequested:
