@@ -118,6 +118,12 @@ async def test_a_deleted_durable_consumer_is_made_again_and_resumes(
         async def reported() -> bool:
             return "consumer coordinator on STUDY_alpha had disappeared" in log.read_text()
         await wait_for(reported, "the coordinator says it made its consumer again")
+        bus = await fed.bus()
+        try:
+            health = json.loads(await bus.request(subjects.health("coordinator", "hub"), b""))
+        finally:
+            await bus.close()
+        assert health["consumers_recreated"] >= 1, health
         # Resumed where it was: the first job's events were not handled twice.
         assert (await alpha.job(first)).state == "completed"
         await asyncio.sleep(0)

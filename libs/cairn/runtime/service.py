@@ -151,6 +151,10 @@ class Runtime:
         self._subscriptions.append(sub)
         return sub
 
+    @property
+    def subscriptions(self) -> tuple[Subscription[Any], ...]:
+        return tuple(self._subscriptions)
+
     async def serve(self, subject: str, handler: Callable[[Any], Awaitable[bytes]],
                     queue: str = "") -> None:
         self._core_subs.append(await self.bus.serve(subject, handler, queue=queue))
@@ -303,6 +307,8 @@ def _health(service: Service, runtime: Runtime) -> Callable[[Any], Awaitable[byt
         extra = getattr(service, "health", None)
         if callable(extra):
             status.update(extra())
+        # A durable consumer made again after it disappeared (see `cairn.bus._consume`).
+        status["consumers_recreated"] = sum(s.recreated for s in runtime.subscriptions)
         return msgspec.json.encode(status)
 
     return answer
