@@ -54,3 +54,14 @@ def test_import_cairn_is_cheap_and_names_the_top_level() -> None:
     from cairn.worker.sdk import main as sdk_main
 
     assert (Client, Worker, main, CairnError) == (CoreClient, SdkWorker, sdk_main, Root)
+
+
+def test_the_ci_entry_point_is_a_valid_script() -> None:
+    """`.ci/run` is what CI runs first: a syntax error in it fails every build before a test."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / ".ci" / "run"
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
