@@ -275,6 +275,7 @@ async def test_a_second_cairn_up_in_the_same_dir_is_refused_and_touches_nothing(
     os.kill(nats_before, signal.SIGKILL)
     await up.wait_for(rf"^nats-server exited with -9; restarting it on port {port} ", 60)
     await up.wait_for(r"^nats-server restarted on " + re.escape(ctx.nats_url) + " ", 60)
+    await up.wait_for(r"^every service answers again ", 60)
     listed = cairn_cmd(up, "site", "list", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert "did not come back" not in up.err()

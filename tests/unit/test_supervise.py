@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cairn.errors import Timeout
 from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
 
 
@@ -34,6 +35,18 @@ class FakeFederation:
 
     def process(self, name: str) -> FakeProcess:
         return next(p for p in self.processes if p.name == name)
+
+    healthy: list[str] = field(default_factory=list)
+    """What `wait_healthy` does each time: "ok", or an error message it raises."""
+
+    async def wait_healthy(self, timeout: float) -> float:
+        outcome = self.healthy.pop(0)
+        if outcome != "ok":
+            raise Timeout(outcome)
+        return 1.25
+
+    def restart_nats(self) -> None:
+        self.nats.proc = FakeProc(self.next_pid)
 
     def respawn(self, name: str) -> None:
         self.next_pid += 1
@@ -79,3 +92,27 @@ def test_port_is_remembered_per_dir(tmp_path: Path) -> None:
     assert remembered_port(tmp_path) == 45123
     (tmp_path / "nats" / "port").write_text("not a port")
     assert remembered_port(tmp_path) == 0
+
+
+@dataclass
+class FakeNats:
+    proc: FakeProc
+    port: int = 4222
+    url: str = "tls://127.0.0.1:4222"
+
+
+def test_after_the_bus_restarts_it_says_when_every_service_answers_again() -> None:
+    fed = FakeFederation(nats=FakeNats(FakeProc(7)),
+                         healthy=["ok", "not healthy after 30s: api@hub"])
+    clock, lines = Clock(), []
+    sup = Supervisor(fed, say=lines.append, backoff=(0.5,), clock=clock)  # type: ignore[arg-type]
+    for outcome in ("every service answers again (1.2s after the restart)",
+                    "services did not all answer again: not healthy after 30s: api@hub"):
+        fed.nats.proc.returncode = -9
+        sup.check()
+        assert lines[-1].startswith("nats-server exited with -9; restarting it on port 4222")
+        clock.now += 0.5
+        sup.check()
+        assert lines[-2].startswith("nats-server restarted on tls://127.0.0.1:4222")
+        assert lines[-1] == outcome
+    assert sup.restarts == {"nats-server": 2}

@@ -12,6 +12,7 @@ same one again and workers left running from an earlier run find their bus where
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -83,6 +84,8 @@ class Supervisor:
     backoff: Sequence[float] = BACKOFF_S
     steady_s: float = STEADY_S
     clock: Callable[[], float] = time.monotonic
+    rejoin_s: float = 30.0
+    """How long to wait, after the bus came back, for every service to answer again."""
     restarts: dict[str, int] = field(default_factory=dict)
     """Name -> restarts so far (`nats-server` for the bus), for reports and tests."""
     _watches: dict[str, _Watch] = field(default_factory=dict)
@@ -128,6 +131,14 @@ class Supervisor:
             return
         self._started("nats-server", watch)
         self.say(f"nats-server restarted on {nats.url} (pid {nats.proc.pid if nats.proc else '?'})")
+        # Every parent reconnects on its own; until each answers again, commands in the
+        # operator's other terminal would be told "nothing answers". Say when they do.
+        try:
+            took = asyncio.run(self.fed.wait_healthy(self.rejoin_s))
+        except CairnError as exc:
+            self.say(f"services did not all answer again: {exc}")
+        else:
+            self.say(f"every service answers again ({took:.1f}s after the restart)")
 
     def _check_parent(self, name: str) -> None:
         watch = self._watch(name)
