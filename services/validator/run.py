@@ -24,7 +24,7 @@ from cairn.events import (
     ValidationStarted,
     event_envelope,
 )
-from cairn.recipes import Recipe
+from cairn.recipes import Recipe, judge_all_on_nodes, node_readings
 from cairn.snapshot import Reading
 from cairn.validator import phases, snapshots
 from cairn.validator.checkjobs import CheckJobs
@@ -86,7 +86,7 @@ class ValidationRun:
             phases=[p.phase for p in plan], resolved=resolved)
         self._started_id = started.id
         await self.bus.publish(started)
-        nodes = snapshots.node_readings(snap)
+        nodes = node_readings(snap)
         emitted: dict[str, Reading] = {}
         statuses: dict[str, str] = {}
         environment = {"site": self.site, "recipe": self.recipe.name, "run": self.run,
@@ -96,7 +96,7 @@ class ValidationRun:
             runs = [await self.jobs.run_check(check) for check in step.checks]
             for r in runs:
                 emitted.update(r.readings)
-            results = phases.evaluate_on_nodes(step.constraints, nodes, emitted)
+            results = judge_all_on_nodes(step.constraints, nodes, emitted)
             judged = phases.verdict(step.phase, results, runs)
             doc = phases.phase_report(step.phase, results, runs, start_ms=start_ms,
                                       stop_ms=_ms(), environment=environment)
