@@ -11,23 +11,19 @@ from pathlib import Path
 from cairn import subjects
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.integration.cp_helpers import write_job
-from tests.integration.insiders import admin_of, insiders, kit, wait_for, worker_creds
+from tests.integration.insiders import (
+    admin_of,
+    held_job,
+    insiders,
+    kit,
+    until_running,
+    wait_for,
+    worker_creds,
+)
 from tests.integration.security_helpers import Probe, connect_as, js_allowed
-from tests.integration.test_insider_events import WAIT_FOR_MARKER
 
 __all__ = ["insiders"]
 JS = "$JS.API"
-
-
-def _job(tmp_path: Path, marker: Path, name: str) -> Path:
-    return write_job(tmp_path / name, name=name, script=WAIT_FOR_MARKER.replace(
-        'os.environ["MARKER"]', repr(str(marker))), roles="""\
-        roles:
-          client:
-            entrypoint: python main.py
-            sites: [site-a]
-            resources: {cpus: 1, memory: 256Mi}
-        """)
 
 
 async def _refused(probe: Probe, subject: str, payload: bytes = b"{}") -> bool:
@@ -48,12 +44,9 @@ async def test_no_one_touches_anothers_consumers_or_job(insiders: EmbeddedFedera
     alpha = await admin_of(fed, "alpha")
     marker = tmp_path / "release"
     try:
-        job = await alpha.submit(_job(tmp_path, marker, "mine"))
-        other = await alpha.submit(_job(tmp_path, marker, "theirs"))
-
-        async def running() -> bool:
-            return (await alpha.job(job)).state == "running"
-        await wait_for(running, "the job runs")
+        job = await alpha.submit(held_job(tmp_path / "mine", marker, "mine"))
+        other = await alpha.submit(held_job(tmp_path / "theirs", marker, "theirs"))
+        await until_running(alpha, job)
         stream = subjects.study_stream("alpha").name
         before = await _consumers(fed, stream)
         assert {"coordinator", "agent-site-a", "agent-site-c"} <= before

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from cairn import subjects
-from cairn.bus import replay
-from cairn.events import DEADLETTER_DECODER, DeadLettered
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import dead_letters
 from tests.integration.insiders import (
     admin_of,
+    held_job,
     insiders,
     kit,
     restart_authority,
+    until_running,
     wait_for,
 )
 from tests.integration.security_helpers import connect_as, js_allowed
@@ -31,34 +31,11 @@ from tests.integration.security_helpers import connect_as, js_allowed
 __all__ = ["insiders"]
 
 AT = datetime(2026, 1, 1, tzinfo=UTC).isoformat()
-WAIT_FOR_MARKER = """\
-import os, pathlib, time
-marker = pathlib.Path(os.environ["MARKER"])
-deadline = time.time() + 120
-while not marker.exists() and time.time() < deadline:
-    time.sleep(0.05)
-import asyncio
-from cairn.worker import Worker
-async def main():
-    async with Worker.from_env() as w:
-        await w.result({"finished": marker.exists()})
-asyncio.run(main())
-"""
 
 
 def _forged(kind: str, **fields: Any) -> bytes:
     return json.dumps({"type": kind, "id": f"forged-{kind}-{fields.get('job', '')}",
                        "at": AT, "source": "coordinator@hub", **fields}).encode()
-
-
-async def _dead_letters(fed: EmbeddedFederation) -> list[DeadLettered]:
-    bus = await fed.bus()
-    try:
-        return [r.event async for r in replay(bus, subjects.DEADLETTER_STREAM.name,
-                                              DEADLETTER_DECODER)
-                if isinstance(r.event, DeadLettered)]
-    finally:
-        await bus.close()
 
 
 async def _may_read(fed: EmbeddedFederation, who: str, study: str) -> bool:
@@ -83,18 +60,8 @@ async def test_a_sites_forgeries_rewrite_no_membership_and_revoke_no_one(
     marker = tmp_path / "release"
     try:
         assert not await _may_read(fed, "site-b", "alpha")
-        job = await alpha.submit(write_job(tmp_path / "job", script=WAIT_FOR_MARKER.replace(
-            'os.environ["MARKER"]', repr(str(marker))), roles="""\
-            roles:
-              client:
-                entrypoint: python main.py
-                sites: [site-a]
-                resources: {cpus: 1, memory: 256Mi}
-            """))
-
-        async def running() -> bool:
-            return (await alpha.job(job)).state == "running"
-        await wait_for(running, "the job runs")
+        job = await alpha.submit(held_job(tmp_path / "job", marker))
+        await until_running(alpha, job)
         site_b = await connect_as(fed, kit(fed, "site-b"))
         site_c = await connect_as(fed, kit(fed, "site-c"))
         try:
@@ -120,7 +87,7 @@ async def test_a_sites_forgeries_rewrite_no_membership_and_revoke_no_one(
             await site_c.close()
 
         async def reported() -> bool:
-            return len([d for d in await _dead_letters(fed)
+            return len([d for d in await dead_letters(fed)
                         if "not its owner's" in d.error]) >= 3
         await wait_for(reported, "the coordinator dead-letters the three forgeries")
         marker.touch()
@@ -131,7 +98,7 @@ async def test_a_sites_forgeries_rewrite_no_membership_and_revoke_no_one(
         assert [r.value for r in final.results] == [{"finished": True}]
         assert await _hub_is_in(fed)
         assert not await _may_read(fed, "site-b", "alpha")
-        letters = [d for d in await _dead_letters(fed) if "not its owner's" in d.error]
+        letters = [d for d in await dead_letters(fed) if "not its owner's" in d.error]
         assert len(letters) == 3, [d.error for d in letters]  # each reported once
 
         await restart_authority(fed)
@@ -139,7 +106,7 @@ async def test_a_sites_forgeries_rewrite_no_membership_and_revoke_no_one(
         assert await _hub_is_in(fed)
         assert not await _may_read(fed, "site-b", "alpha")
         assert await _may_read(fed, "site-a", "alpha")
-        assert len([d for d in await _dead_letters(fed) if "not its owner's" in d.error]) == 3
+        assert len([d for d in await dead_letters(fed) if "not its owner's" in d.error]) == 3
     finally:
         await alpha.close()
 
@@ -150,18 +117,8 @@ async def test_forged_job_ends_and_membership_are_ignored_by_a_restarted_coordin
     alpha = await admin_of(fed, "alpha")
     marker = tmp_path / "release"
     try:
-        job = await alpha.submit(write_job(tmp_path / "job", script=WAIT_FOR_MARKER.replace(
-            'os.environ["MARKER"]', repr(str(marker))), roles="""\
-            roles:
-              client:
-                entrypoint: python main.py
-                sites: [site-a]
-                resources: {cpus: 1, memory: 256Mi}
-            """))
-
-        async def running() -> bool:
-            return (await alpha.job(job)).state == "running"
-        await wait_for(running, "the job runs")
+        job = await alpha.submit(held_job(tmp_path / "job", marker))
+        await until_running(alpha, job)
         site_c = await connect_as(fed, kit(fed, "site-c"))
         try:
             await site_c.nc.publish(subjects.job_site("alpha", job, "site-c", "exited"),
@@ -174,7 +131,7 @@ async def test_forged_job_ends_and_membership_are_ignored_by_a_restarted_coordin
             await site_c.close()
 
         async def stored() -> bool:
-            return len([d for d in await _dead_letters(fed) if d.stream == "STUDY_alpha"
+            return len([d for d in await dead_letters(fed) if d.stream == "STUDY_alpha"
                         and "not its owner's" in d.error]) == 2
         await wait_for(stored, "both forgeries are stored (and dead-lettered)")
         # The worst moment: the coordinator dies with the forgeries in its stream.

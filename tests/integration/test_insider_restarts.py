@@ -13,28 +13,18 @@ from tests.integration.cp_helpers import write_job
 from tests.integration.insiders import (
     SITES,
     admin_of,
+    held_job,
     insiders,
     kit,
     restart_authority,
+    until_running,
     wait_for,
     worker_creds,
     write_insider_files,
 )
 from tests.integration.security_helpers import connect_as
-from tests.integration.test_insider_events import WAIT_FOR_MARKER
 
 __all__ = ["insiders"]
-
-
-def _job(tmp_path: Path, marker: Path) -> Path:
-    return write_job(tmp_path / "job", script=WAIT_FOR_MARKER.replace(
-        'os.environ["MARKER"]', repr(str(marker))), roles="""\
-        roles:
-          client:
-            entrypoint: python main.py
-            sites: [site-a]
-            resources: {cpus: 1, memory: 256Mi}
-        """)
 
 
 async def test_a_restarted_authority_cuts_off_what_it_admitted_before(
@@ -43,11 +33,8 @@ async def test_a_restarted_authority_cuts_off_what_it_admitted_before(
     alpha = await admin_of(fed, "alpha")
     marker = tmp_path / "release"
     try:
-        job = await alpha.submit(_job(tmp_path, marker))
-
-        async def running() -> bool:
-            return (await alpha.job(job)).state == "running"
-        await wait_for(running, "the job runs")
+        job = await alpha.submit(held_job(tmp_path / "job", marker))
+        await until_running(alpha, job)
         # The job's code holds its worker credential, connected before the restart.
         worker = await connect_as(fed, worker_creds(fed, tmp_path, study="alpha", job=job,
                                                     site="site-a"))

@@ -14,7 +14,6 @@ from cairn import subjects
 from cairn.bus import Bus, replay
 from cairn.client import Client
 from cairn.events import (
-    DEADLETTER_DECODER,
     FEDERATION_DECODER,
     SITE_DECODER,
     STUDY_DECODER,
@@ -27,8 +26,8 @@ from cairn.events import decode as decode_event
 from cairn.launcher.records import LaunchRecord, kv_key
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.integration.cli_run import wait_for_lines
-from tests.integration.cp_helpers import write_job
-from tests.integration.security_helpers import connect_as, watch
+from tests.integration.cp_helpers import ONLY_SITE_A, dead_letters, write_job
+from tests.integration.security_helpers import connect_as, forged_launch, watch
 
 HELD = '''\
 import json, os, pathlib, time
@@ -41,13 +40,6 @@ for _ in range(1200):  # held until the test releases it, 120 s at most
         break
     time.sleep(0.1)
 '''
-ONLY_SITE_A = """\
-    roles:
-      client:
-        entrypoint: python main.py
-        resources: {cpus: 1, memory: 256Mi}
-        sites: [site-a]
-    """
 
 
 async def _launch_of(bus: Bus, job: str) -> LaunchRequested:
@@ -121,27 +113,15 @@ async def test_a_copy_of_a_real_launch_under_a_new_launch_id_is_refused(
         await bus.close()
 
 
-def _forged_elsewhere(marker: Path) -> LaunchRequested:
-    """site-a's own launch subject, naming study `other`, which site-a is not in."""
-    return msgspec.convert({
-        "type": "launch.requested", "id": "forged-other", "at": "2026-01-01T00:00:00Z",
-        "study": "other", "source": "agent@site-a", "launch_id": "j-elsewhere/site-a/client/0/0",
-        "job": "j-elsewhere", "site": "site-a", "role": "client",
-        "entrypoint": f"touch {marker}"}, LaunchRequested)
-
-
 async def _reports(fed: EmbeddedFederation) -> tuple[list[DeadLettered], list[RecordSkipped]]:
     bus = await fed.bus()
     try:
-        letters = [r.event async for r in replay(bus, subjects.DEADLETTER_STREAM.name,
-                                                 DEADLETTER_DECODER)
-                   if isinstance(r.event, DeadLettered)]
         skipped = [r.event async for r in replay(bus, subjects.FEDERATION_STREAM.name,
                                                  FEDERATION_DECODER)
                    if isinstance(r.event, RecordSkipped) and r.event.service == "launcher"]
-        return letters, skipped
     finally:
         await bus.close()
+    return await dead_letters(fed), skipped
 
 
 async def _run_on_site_a(client: Client, job_dir: Path) -> None:
@@ -161,7 +141,7 @@ async def test_a_forged_launch_for_another_study_is_dead_lettered_once_and_nothi
     fed = federation
     await client.study_create("other", ["hub", "site-b"], [])
     marker = tmp_path / "pwned"
-    forged = _forged_elsewhere(marker)
+    forged = forged_launch("j-elsewhere", marker, study="other")  # a study site-a is not in
     # And a record of such a launch, as an earlier launcher (or a refused report) left it:
     # never started, in a study site-a is not in.
     stale = LaunchRecord(launch_id="j-stale/site-a/client/0/0", study="other",
