@@ -172,7 +172,7 @@ async def _alternate(feds: dict[str, Any], tmp: Path, endpoint: str
 
 def _tracing(tmp: Path) -> dict[str, Any]:
     from cairn.runtime.embedded import EmbeddedFederation
-    from tests.otlp_receiver import OtlpReceiver
+    from tools.otlp_receiver import OtlpReceiver
 
     with OtlpReceiver() as receiver:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
@@ -215,7 +215,7 @@ def _tracing(tmp: Path) -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))  # tests.fixtures, tests.otlp_receiver
+        sys.path.insert(0, str(REPO))  # tests.fixtures, tools.otlp_receiver
     with tempfile.TemporaryDirectory(prefix="cairn-bench-deploy-") as tmp:
         base = Path(tmp)
         result: dict[str, Any] = {"images": _images(base)}

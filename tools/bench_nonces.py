@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cairn import api, subjects
 from cairn.bus import Bus
-from cairn.runtime import secure
-from cairn.runtime.context import tls_context
-from cairn.runtime.natsserver import NatsServer
 from cairn.trust.requests import BucketNonces, RequestSigner, RequestVerifier
 
-FEDERATION = {"federation": "bench", "hub": "hub",
-              "sites": [{"name": "hub", "org": "coord"}, {"name": "site-a", "org": "org-a"}],
-              "admins": [{"name": "admin@coord", "org": "coord", "role": "project_admin"}],
-              "studies": {"demo": {"sites": ["hub", "site-a"], "admins": ["admin@coord"]}}}
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
+
+from tools._secure_bench import secure_server, server_tls  # noqa: E402
+
 TARGET_MS = 1.0
 
 
@@ -69,24 +67,13 @@ async def _measure(bus: Bus, trust_dir: Path, n: int) -> dict[str, Any]:
 async def nonce_costs(n: int = 2000) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        fed_file = root / "federation.yaml"
-        fed_file.write_text(yaml.safe_dump(FEDERATION))
-        server = NatsServer(root / "nats")
-        trust = secure.prepare(server, fed_file, root / "trust")
-        server.start()
-        authority = secure.start_authority(trust, server.url, fed_file, {}, root / "auth.log")
-        try:
+        with secure_server(root, "nats") as (server, trust):
             bus = await Bus.connect(server.url, name="bench-nonces",
-                                    creds=str(trust.creds("hub")),
-                                    tls=tls_context(str(trust.ca), None, None))
+                                    creds=str(trust.creds("hub")), tls=server_tls(trust))
             try:
                 return await _measure(bus, root / "trust", n)
             finally:
                 await bus.close()
-        finally:
-            authority.terminate()
-            authority.wait(10)
-            server.stop()
 
 
 def run() -> dict[str, Any]:

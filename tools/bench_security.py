@@ -18,15 +18,15 @@ import yaml
 
 from cairn import api, subjects
 from cairn.bus import Bus
-from cairn.runtime import secure
-from cairn.runtime.context import tls_context
 from cairn.runtime.natsserver import NatsServer
 from cairn.trust.requests import MemoryNonces, RequestSigner, RequestVerifier
 
-FEDERATION = {"federation": "bench", "hub": "hub",
-              "sites": [{"name": "hub", "org": "coord"}, {"name": "site-a", "org": "org-a"}],
-              "admins": [{"name": "admin@coord", "org": "coord", "role": "project_admin"}],
-              "studies": {"demo": {"sites": ["hub", "site-a"], "admins": ["admin@coord"]}}}
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
+
+from tools._secure_bench import FEDERATION, secure_server, server_tls  # noqa: E402
+
 PAYLOAD = b'{"type":"deployment.accepted","pad":"' + b"x" * 200 + b'"}'
 
 
@@ -46,15 +46,9 @@ async def _publish_rate(bus: Bus, n: int, pipelined: bool) -> float:
 
 
 async def bus_throughput(n: int = 2000, rounds: int = 5) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, secure_server(Path(tmp)) as (locked, trust):
         root = Path(tmp)
-        fed_file = root / "federation.yaml"
-        fed_file.write_text(yaml.safe_dump(FEDERATION))
         plain = NatsServer(root / "plain").start()
-        locked = NatsServer(root / "secure")
-        trust = secure.prepare(locked, fed_file, root / "trust")
-        locked.start()
-        authority = secure.start_authority(trust, locked.url, fed_file, {}, root / "auth.log")
         # TLS alone (no authorization), to tell what each layer costs.
         tls_only = NatsServer(root / "tls")
         conf = root / "tls.conf"
@@ -68,12 +62,11 @@ async def bus_throughput(n: int = 2000, rounds: int = 5) -> dict[str, Any]:
         try:
             open_bus = await Bus.connect(plain.url, name="bench-plain")
             await open_bus.ensure_study("demo")
-            tls_bus = await Bus.connect(tls_only.url, name="bench-tls",
-                                        tls=tls_context(str(trust.ca), None, None))
+            tls_bus = await Bus.connect(tls_only.url, name="bench-tls", tls=server_tls(trust))
             await tls_bus.ensure_study("demo")
             site_bus = await Bus.connect(locked.url, name="bench-site",
                                          creds=str(trust.creds("site-a")),
-                                         tls=tls_context(str(trust.ca), None, None))
+                                         tls=server_tls(trust))
             rates: dict[str, list[float]] = {}
             buses = {"plain": open_bus, "tls": tls_bus, "secure": site_bus}
             for _ in range(rounds):  # interleaved, so load on the machine hits all alike
@@ -86,9 +79,6 @@ async def bus_throughput(n: int = 2000, rounds: int = 5) -> dict[str, Any]:
                 await bus.close()
         finally:
             tls_only.stop()
-            authority.terminate()
-            authority.wait(10)
-            locked.stop()
             plain.stop()
     med = {k: statistics.median(v) for k, v in rates.items()}
     return {
@@ -184,27 +174,14 @@ def authority_decisions(n: int = 400) -> dict[str, Any]:
 async def connect_latency(n: int = 40) -> dict[str, Any]:
     """Connect to a secure server as a site, end to end (TLS handshake, the auth callout,
     the permissions), against TLS alone on a server without the authority."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        fed_file = root / "federation.yaml"
-        fed_file.write_text(yaml.safe_dump(FEDERATION))
-        locked = NatsServer(root / "secure")
-        trust = secure.prepare(locked, fed_file, root / "trust")
-        locked.start()
-        authority = secure.start_authority(trust, locked.url, fed_file, {}, root / "auth.log")
-        times: list[float] = []
-        try:
-            for _ in range(n):
-                t0 = time.perf_counter()
-                bus = await Bus.connect(locked.url, name="bench-connect",
-                                        creds=str(trust.creds("site-a")),
-                                        tls=tls_context(str(trust.ca), None, None))
-                times.append((time.perf_counter() - t0) * 1000)
-                await bus.close()
-        finally:
-            authority.terminate()
-            authority.wait(10)
-            locked.stop()
+    times: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, secure_server(Path(tmp)) as (locked, trust):
+        for _ in range(n):
+            t0 = time.perf_counter()
+            bus = await Bus.connect(locked.url, name="bench-connect",
+                                    creds=str(trust.creds("site-a")), tls=server_tls(trust))
+            times.append((time.perf_counter() - t0) * 1000)
+            await bus.close()
     times.sort()
     return {"connect_ms_p50_secure": round(statistics.median(times), 2),
             "connect_ms_p99_secure": round(times[max(0, int(len(times) * 0.99) - 1)], 2)}

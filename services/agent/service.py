@@ -22,6 +22,7 @@ from cairn.events import (
     DeployCommand,
     DeploymentAccepted,
     DeploymentRejected,
+    EventEnvelope,
     Heartbeat,
     LaunchCancel,
     LaunchRequested,
@@ -29,8 +30,10 @@ from cairn.events import (
     SiteConfigLoaded,
     SiteConfigRejected,
     WorkerExited,
+    event_envelope,
     now,
     stamp,
+    worker_ref,
 )
 from cairn.names import is_name
 from cairn.runtime.service import Runtime, ServiceConfig
@@ -188,7 +191,7 @@ class AgentService:
                                                for i in range(self.site_cfg.inventory.gpus)]
 
     async def _deploy(self, cmd: DeployCommand) -> None:
-        if agent_state.launch_id_of(cmd) in self.state.decided:
+        if worker_ref(cmd).launch_id in self.state.decided:
             return  # decided before (redelivery, replay, a fresh copy): never twice
         runtime = self.runtime_file.current
         verdict = agent_state.decide(
@@ -197,13 +200,16 @@ class AgentService:
             backend=await self._capabilities())
         if verdict is None:
             return
-        study, launch_id = cmd.study or "", verdict.launch_id
-        base = {"at": now(), "source": f"agent@{self.site}", "study": study,
-                "actor": cmd.actor, "cause": cmd.id}
+        # The command was checked against its subject: its site is this one.
+        study, ref, at = cmd.study or "", worker_ref(cmd), now()
+
+        def answer(what: str) -> EventEnvelope:
+            return event_envelope(f"agent@{self.site}", id=f"{ref.launch_id}.{what}", at=at,
+                            study=study, actor=cmd.actor, cause=cmd.id)
+
         if verdict.reason is not None:
             rejected = DeploymentRejected(
-                id=f"{launch_id}.rejected", **base, job=cmd.job, site=self.site,  # type: ignore[arg-type]
-                role=cmd.role, rank=cmd.rank, attempt=cmd.attempt, reason=verdict.reason,
+                **answer("rejected"), **ref.fields(), reason=verdict.reason,
                 message=verdict.message, missing_capability=verdict.missing_capability)
             self.state = agent_state.apply(self.state, rejected)
             await self.bus.publish(rejected)
@@ -212,14 +218,12 @@ class AgentService:
         policy = runtime.studies[study]
         gpus = list(verdict.gpus)
         accepted = DeploymentAccepted(
-            id=f"{launch_id}.accepted", **base, job=cmd.job, site=self.site,  # type: ignore[arg-type]
-            role=cmd.role, rank=cmd.rank, attempt=cmd.attempt, launch_id=launch_id,
-            gpus=gpus, resources=cmd.resources.times(cmd.nodes))
+            **answer("accepted"), **ref.fields(), launch_id=ref.launch_id, gpus=gpus,
+            resources=cmd.resources.times(cmd.nodes))
         self.state = agent_state.apply(self.state, accepted)
         await self.bus.publish(accepted)
         request = LaunchRequested(
-            id=f"{launch_id}.launch", **base, launch_id=launch_id, job=cmd.job,  # type: ignore[arg-type]
-            site=self.site, role=cmd.role, rank=cmd.rank, attempt=cmd.attempt,
+            **answer("launch"), **ref.fields(), launch_id=ref.launch_id,
             entrypoint=cmd.entrypoint, resources=cmd.resources, gpus=gpus,
             image=cmd.image or policy.images.default, code_digest=cmd.code_digest,
             params=cmd.params, env=dict(policy.env),
@@ -232,9 +236,10 @@ class AgentService:
     async def _cancel(self, cmd: CancelCommand) -> None:
         for a in self.state.of_job(cmd.job):
             await self.bus.publish(LaunchCancel(
-                id=f"{a.launch_id}.cancel", at=now(), source=f"agent@{self.site}",
-                study=a.study, actor=cmd.actor, cause=cmd.id, launch_id=a.launch_id,
-                job=a.job, site=self.site, reason=cmd.reason, grace_s=cmd.grace_s))
+                **event_envelope(f"agent@{self.site}", id=f"{a.launch_id}.cancel", study=a.study,
+                           actor=cmd.actor, cause=cmd.id),
+                launch_id=a.launch_id, job=a.job, site=self.site, reason=cmd.reason,
+                grace_s=cmd.grace_s))
 
     # -- loops ----------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypedDict
 
 from cairn.coordinator.eligibility import EvidenceView, gated, receipt, refusal, unreachable
 from cairn.events import (
@@ -28,6 +27,7 @@ from cairn.events import (
     DeployCommand,
     Deployment,
     Event,
+    EventEnvelope,
     Heartbeat,
     JobAborted,
     JobCompleted,
@@ -39,6 +39,7 @@ from cairn.events import (
     JobUnschedulable,
     Resources,
     RoleRequest,
+    event_envelope,
 )
 from cairn.spec.causes import Cause
 from cairn.state.job import JobState, WorkerState
@@ -71,18 +72,10 @@ class Context:
     """Evidence and snapshots, for jobs that require a recipe (see eligibility.py)."""
 
 
-class _Base(TypedDict):
-    id: str
-    at: datetime
-    source: str
-    study: str
-    cause: str | None
-
-
-def _base(job: JobState, what: str, ctx: Context) -> _Base:
-    """Envelope of a decision: its id is `<job>.<what>`, the same every time it is made."""
-    return {"id": f"{job.job}.{what}", "at": ctx.now, "source": f"coordinator@{ctx.hub}",
-            "study": job.study, "cause": job.spec.id}
+def _base(job: JobState, what: str, ctx: Context, actor: str | None = None) -> EventEnvelope:
+    """EventEnvelope of a decision: its id is `<job>.<what>`, the same every time it is made."""
+    return event_envelope(f"coordinator@{ctx.hub}", id=f"{job.job}.{what}", at=ctx.now,
+                    study=job.study, actor=actor, cause=job.spec.id)
 
 
 def role_candidates(role: RoleRequest, study: StudyState, hub: str) -> list[str]:
@@ -141,9 +134,8 @@ def deploy_commands(job: JobState, deployments: list[Deployment], ctx: Context
     out: list[Event] = []
     for d in deployments:
         role = roles[d.role]
-        base = _base(job, f"deploy.{d.site}.{d.role}.{d.rank}.{d.attempt}", ctx)
-        out.append(DeployCommand(**base, actor=job.actor, job=job.job, site=d.site,
-                                 role=d.role, rank=d.rank, attempt=d.attempt,
+        base = _base(job, f"deploy.{d.site}.{d.role}.{d.rank}.{d.attempt}", ctx, job.actor)
+        out.append(DeployCommand(**base, **d.worker(job.job).fields(),
                                  entrypoint=role.entrypoint, resources=role.resources,
                                  nodes=role.nodes,
                                  image=job.spec.image, code_digest=job.spec.code_digest,

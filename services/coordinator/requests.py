@@ -8,12 +8,12 @@ coordinator's fold does, when the published event comes back).
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, TypedDict, cast, get_args
+from typing import TYPE_CHECKING, cast, get_args
 
 from cairn import api, subjects
 from cairn.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from cairn.events import (
+    EventEnvelope,
     JobCancelRequested,
     JobSubmitted,
     StudyAdmin,
@@ -22,7 +22,7 @@ from cairn.events import (
     StudyCreated,
     StudySiteAdded,
     StudySiteRemoved,
-    stamp,
+    event_envelope,
 )
 from cairn.events.base import Event
 from cairn.events.study import Role
@@ -200,8 +200,8 @@ class Requests:
                                field="sites")
         admins = [StudyAdmin(name=a.name, org=a.org, role=_admin_role(a.role))
                   for a in req.admins]
-        event = StudyCreated(**stamp(), source=self.source, study=name, actor=actor,
-                             name=name, sites=sites, admins=admins, description=req.description)
+        event = StudyCreated(**event_envelope(self.source, study=name, actor=actor), name=name,
+                             sites=sites, admins=admins, description=req.description)
         await svc.open_study(name)
         await svc.bus.publish(event)
         created = study_state.apply(None, event)
@@ -232,7 +232,7 @@ class Requests:
                                    field=f"roles.{role.name}")
         job_id = new_job_id()
         fields = {name: getattr(spec, name) for name in spec.__struct_fields__}
-        event = JobSubmitted(**stamp(), source=self.source, study=study.name, actor=actor,
+        event = JobSubmitted(**event_envelope(self.source, study=study.name, actor=actor),
                              job=job_id, **fields)
         seq = await self.svc.bus.publish(event)
         await self.svc.wait_applied(study.name, seq)
@@ -248,8 +248,8 @@ class Requests:
         if job.terminal:
             return api.CancelAccepted(job=job.job, state=job.state)
         seq = await self.svc.bus.publish(JobCancelRequested(
-            id=f"{job.job}.cancel-requested", at=stamp()["at"], source=self.source,
-            study=study_name, actor=actor, job=job.job))
+            **event_envelope(self.source, id=f"{job.job}.cancel-requested", study=study_name,
+                       actor=actor), job=job.job))
         await self.svc.wait_applied(study_name, seq)
         return api.CancelAccepted(job=job.job, state="cancelling")
 
@@ -266,8 +266,8 @@ class Requests:
         if not allowed(role, Action.MANAGE_STUDY, same_org=target_org == org):
             raise PermissionDenied(f"{actor} ({role}) may not change {target}")
 
-    def _base(self, study: StudyState, actor: str | None) -> _Base:
-        return _Base(**stamp(), source=self.source, study=study.name, actor=actor)
+    def _base(self, study: StudyState, actor: str | None) -> EventEnvelope:
+        return event_envelope(self.source, study=study.name, actor=actor)
 
     async def _change(self, study: StudyState, event: Event) -> api.StudyResult:
         seq = await self.svc.bus.publish(event)
@@ -275,14 +275,6 @@ class Requests:
         changed = study_state.apply(study, event)
         assert changed is not None
         return api.StudyResult(study=changed)
-
-
-class _Base(TypedDict):
-    id: str
-    at: datetime
-    source: str
-    study: str
-    actor: str | None
 
 
 def _admin_role(role: str) -> Role:

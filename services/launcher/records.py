@@ -15,14 +15,16 @@ from typing import Literal
 import msgspec
 
 from cairn.events import DeployCommand
+from cairn.events.workerref import WorkerLaunch
 from cairn.launcher.backends.base import LaunchHandle, WorkerExit
 from cairn.state.study import StudyState
 
 INDEX_PREFIX = "_"
 
 
-class LaunchRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """What the launcher knows of one worker; a restarted launcher starts from these.
+class LaunchRecord(WorkerLaunch, frozen=True, kw_only=True):
+    """What the launcher knows of one worker; a restarted launcher starts from these (its
+    key: `WorkerLaunch`).
 
     Frozen: the launcher folds its launches with `cairn.state.launch` and writes a new record
     for each step (`msgspec.structs.replace`).
@@ -35,13 +37,6 @@ class LaunchRecord(msgspec.Struct, frozen=True, kw_only=True):
             record is done: it is reported once, not at every start.
     """
 
-    launch_id: str
-    study: str
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     state: Literal["launching", "running", "exited"] = "launching"
     handle: LaunchHandle | None = None
     exit: WorkerExit | None = None

@@ -20,13 +20,17 @@ from cairn.events import (
     SITE_DECODER,
     BackendDeclared,
     DeployCommand,
+    EventEnvelope,
     LaunchCancel,
     LaunchRequested,
     WorkerAllocation,
+    WorkerFields,
     WorkerLaunching,
     WorkerRunning,
+    event_envelope,
     now,
     stamp,
+    worker_ref,
 )
 from cairn.launcher.backends.base import (
     Backend,
@@ -58,6 +62,12 @@ from cairn.state.launch import Launches, LaunchState
 from cairn.trust import launchguard
 
 log = logging.getLogger("cairn.launcher")
+
+
+class LaunchFactFields(EventEnvelope, WorkerFields):
+    """What the launcher's facts about one launch start with (launching, running, exited)."""
+
+    launch_id: str
 
 
 class LauncherService:
@@ -155,9 +165,7 @@ class LauncherService:
                     self.records[record.launch_id] = record
             elif key.startswith(deploy_prefix("")):
                 if (entry := await deploys.get(key)) is not None:
-                    stored[launch_state.make_launch_id(
-                        entry.deploy.job, entry.deploy.site, entry.deploy.role,
-                        entry.deploy.rank, entry.deploy.attempt)] = entry
+                    stored[worker_ref(entry.deploy).launch_id] = entry
             elif key.startswith(mark_key("")) and (mark := await marks.get(key)) is not None:
                 found[key.removeprefix(mark_key(""))] = mark
         self.launches = Launches(launches={r.launch_id: _state_of(r)
@@ -222,8 +230,7 @@ class LauncherService:
         assert launch is not None
         previous = self.records.get(launch.launch_id)
         record = LaunchRecord(
-            launch_id=launch.launch_id, study=launch.study, job=launch.job, site=launch.site,
-            role=launch.role, rank=launch.rank, attempt=launch.attempt,
+            **launch.launch_fields(),
             state="launching" if launch.state == "requested" else launch.state,  # type: ignore[arg-type]
             handle=handle or (previous.handle if previous else None),
             exit=exit or (previous.exit if previous else None),
@@ -234,11 +241,13 @@ class LauncherService:
         await self._kv.put(kv_key(record.launch_id), record)
         return launch
 
-    def event_base(self, launch: LaunchState, what: str) -> dict[str, Any]:
-        return {"id": f"{launch.launch_id}.{what}", "at": now(),
-                "source": f"launcher@{self.site}", "study": launch.study, "job": launch.job,
-                "site": self.site, "role": launch.role, "rank": launch.rank,
-                "attempt": launch.attempt, "launch_id": launch.launch_id}
+    def event_base(self, launch: LaunchState, what: str,
+                   cause: str | None = None) -> LaunchFactFields:
+        """The fields every worker fact of `launch` starts with; its id, `<launch id>.<what>`,
+        is the same every time it is reported."""
+        return {**event_envelope(f"launcher@{self.site}", id=f"{launch.launch_id}.{what}",
+                           study=launch.study, cause=cause),
+                **worker_ref(launch).fields(), "launch_id": launch.launch_id}
 
     async def _launch(self, req: LaunchRequested, d: Delivery) -> None:
         assert self.backend is not None
@@ -265,8 +274,8 @@ class LauncherService:
         except Exception as exc:  # a restart drops it: its launch id is recorded now
             log.warning("could not delete the used deploy command of %s: %s",
                         req.launch_id, exc)
-        launching = WorkerLaunching(**self.event_base(launch, "launching"),
-                                    backend=self.backend.name, cause=req.id)
+        launching = WorkerLaunching(**self.event_base(launch, "launching", cause=req.id),
+                                    backend=self.backend.name)
         launch = await self.record(launching)
         try:
             await self.bus.publish(launching)
@@ -374,8 +383,7 @@ def _state_of(record: LaunchRecord) -> LaunchState:
     """A launch as its last record left it (a restarted launcher folds on from there)."""
     exit = record.exit
     return LaunchState(
-        launch_id=record.launch_id, study=record.study, job=record.job, site=record.site,
-        role=record.role, rank=record.rank, attempt=record.attempt, state=record.state,
+        **record.launch_fields(), state=record.state,
         requested_at=record.requested_at, updated_at=record.requested_at,
         cancelled=record.cancelled, cancel_cause=record.cancel_cause,
         native_id=record.handle.native_id if record.handle else "",

@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from cairn.events import DeployCommand, DeploymentRejected
+from cairn.events import DeployCommand, DeploymentRejected, worker_ref
 from cairn.launcher.records import IndexedDeploy
 from cairn.state import study as study_state
-from cairn.state.launch import make_launch_id
 from cairn.state.study import StudyAdminEvents, StudyState
 
 
@@ -37,10 +36,6 @@ class StudyIndex(msgspec.Struct, frozen=True, kw_only=True):
         return self.study is not None and site in self.study.sites
 
 
-def launch_id_of(event: DeployCommand | DeploymentRejected) -> str:
-    return make_launch_id(event.job, event.site, event.role, event.rank, event.attempt)
-
-
 def apply(index: StudyIndex, seq: int, event: object, *, site: str,
           launched: Callable[[str], bool] = lambda _: False,
           again: bool = False) -> StudyIndex:
@@ -58,7 +53,7 @@ def apply(index: StudyIndex, seq: int, event: object, *, site: str,
                                        seq=read)
     if not isinstance(event, DeployCommand | DeploymentRejected):
         return msgspec.structs.replace(index, seq=read)
-    launch_id = launch_id_of(event)
+    launch_id = worker_ref(event).launch_id
     deploys = dict(index.deploys)
     if isinstance(event, DeployCommand):
         if event.site == site and event.study == index.name and not launched(launch_id):

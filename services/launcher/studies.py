@@ -19,7 +19,7 @@ from collections.abc import Callable
 from cairn import subjects
 from cairn.bus import KV, Delivery, replay
 from cairn.errors import CairnError, Unavailable
-from cairn.events import STUDY_DECODER, DeployCommand, DeploymentRejected, Event
+from cairn.events import STUDY_DECODER, DeployCommand, DeploymentRejected, Event, worker_ref
 from cairn.launcher import state
 from cairn.launcher.records import IndexedDeploy, IndexMark, deploy_key, mark_key
 from cairn.launcher.state import StudyIndex
@@ -216,7 +216,7 @@ class Studies:
         # from; a store that failed is retried on redelivery.
         self._apply(study, d.stream_seq, event, again=d.deliveries > 1)
         if isinstance(event, DeployCommand | DeploymentRejected):
-            launch_id = state.launch_id_of(event)
+            launch_id = worker_ref(event).launch_id
             stored = self._stored.setdefault(study, {})
             entry = self.indexes[study].deploys.get(launch_id)
             if entry is not None and launch_id not in stored:

@@ -4,13 +4,13 @@ and, in a secure federation, its job-lifetime credential."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from cairn import telemetry
 from cairn.bus import Bus
-from cairn.events import LaunchRequested
+from cairn.events import LaunchRequested, worker_ref
+from cairn.launcher.backends._env import contract_env
 from cairn.launcher.backends.base import LaunchSpec
 from cairn.launcher.inputs import code_bundle, resolve_secrets
 from cairn.spec.site import SiteConfig
@@ -44,13 +44,10 @@ async def worker_spec(bus: Bus, req: LaunchRequested, *, site_cfg: SiteConfig,
     if site_cfg.backend == "kubernetes":
         mounted = {k: v for k, v in own.items() if v.startswith("k8s:")}
         own = {k: v for k, v in own.items() if k not in mounted}
-    env = {
-        "CAIRN_NATS_URL": worker_nats_url(site_cfg, launcher_url),
-        "CAIRN_STUDY": req.study or "",
-        "CAIRN_JOB": req.job, "CAIRN_SITE": site, "CAIRN_ROLE": req.role,
-        "CAIRN_RANK": str(req.rank), "CAIRN_ATTEMPT": str(req.attempt),
-        "CAIRN_PARAMS": json.dumps(req.params),
-    }
+    # The request was checked against this site's own subject: its site is this one.
+    ref, study = worker_ref(req), req.study or ""
+    env = contract_env(ref, study=study, nats_url=worker_nats_url(site_cfg, launcher_url),
+                       params=req.params)
     # The job's trace goes on in the worker: W3C headers as env, and where this launcher
     # exports spans, the worker exports to the same place, sampled the same way.
     for header, value in telemetry.current_headers().items():
@@ -58,8 +55,7 @@ async def worker_spec(bus: Bus, req: LaunchRequested, *, site_cfg: SiteConfig,
     if telemetry.enabled():
         env.update({k: v for k in TRACING_ENV if (v := os.environ.get(k))})
     return LaunchSpec(
-        launch_id=req.launch_id, job=req.job, study=req.study or "", site=site,
-        role=req.role, rank=req.rank, attempt=req.attempt, entrypoint=req.entrypoint,
+        **ref.launch_fields(study, req.launch_id), entrypoint=req.entrypoint,
         code_dir=str(code_dir), env=env, study_env=dict(req.env),
         secret_env={**resolve_secrets(own), **worker_creds(req, site, creds, tls_ca)},
         secret_refs=mounted,

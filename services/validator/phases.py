@@ -1,4 +1,5 @@
-"""Judging a phase: constraints on every node, checks, the verdict and its CTRF document.
+"""Judging a phase: its plan, the verdict on its checks and constraints (each judged on every
+node by `cairn.recipes.judge_on_nodes`, the function verification re-runs), its CTRF document.
 
 Pure functions of their inputs (no clock, no I/O), so the validator's decisions are tested
 without a bus.
@@ -10,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from cairn.checks import ctrf
 from cairn.recipes import (
     PHASES,
@@ -21,12 +20,9 @@ from cairn.recipes import (
     ConstraintResult,
     PhaseVerdict,
     Recipe,
-    evaluate_constraint,
+    phase_constraints,
     phase_verdict,
 )
-from cairn.snapshot import Reading
-
-_RANK = {"passed": 0, "missing": 1, "failed": 2, "error": 3}
 
 
 @dataclass(frozen=True)
@@ -56,33 +52,11 @@ def plan(recipe: Recipe) -> list[PhasePlan]:
     out: list[PhasePlan] = []
     for phase in PHASES:
         declared = recipe.validation.get(phase)
-        constraints = list(declared.constraints) if declared else []
+        constraints = phase_constraints(recipe, phase)
         checks = list(declared.checks) if declared else []
-        if phase == "readiness":
-            constraints = [*recipe.constraints, *constraints]
         if constraints or checks or declared is not None:
             out.append(PhasePlan(phase, constraints, checks))
     return out
-
-
-def evaluate_on_nodes(constraints: Sequence[Constraint],
-                      nodes: Mapping[str, Mapping[str, Reading]],
-                      extra: Mapping[str, Reading]) -> list[ConstraintResult]:
-    """Every constraint on every node (plus `extra`: readings checks emitted); per
-    constraint the worst node's result, its message naming the node when there are several."""
-    results: list[ConstraintResult] = []
-    for constraint in constraints:
-        worst: tuple[str, ConstraintResult] | None = None
-        for node, readings in nodes.items():
-            result = evaluate_constraint(constraint, {**readings, **extra})
-            if worst is None or _RANK[result.status] > _RANK[worst[1].status]:
-                worst = (node, result)
-        assert worst is not None  # node_readings never returns an empty mapping
-        node, result = worst
-        if len(nodes) > 1 and result.status != "passed":
-            result = msgspec.structs.replace(result, message=f"node {node}: {result.message}")
-        results.append(result)
-    return results
 
 
 def verdict(phase: str, results: Sequence[ConstraintResult],

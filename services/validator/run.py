@@ -12,19 +12,32 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 
 from cairn.bus import Bus
 from cairn.errors import CairnError
-from cairn.events import ValidationCompleted, ValidationPhase, ValidationStarted, stamp
-from cairn.recipes import Recipe
+from cairn.events import (
+    EventEnvelope,
+    ValidationCompleted,
+    ValidationPhase,
+    ValidationStarted,
+    event_envelope,
+)
+from cairn.recipes import Recipe, judge_all_on_nodes, node_readings
 from cairn.snapshot import Reading
 from cairn.validator import phases, snapshots
 from cairn.validator.checkjobs import CheckJobs
 
 log = logging.getLogger("cairn.validator")
+
+
+class RunEventFields(EventEnvelope):
+    """What every event of one validation run starts with."""
+
+    run: str
+    site: str
+    recipe: str
 
 
 def _ms() -> int:
@@ -47,10 +60,9 @@ class ValidationRun:
         self.source = source
         self._started_id: str | None = None
 
-    def _base(self) -> dict[str, Any]:
-        return {**stamp(), "source": self.source, "actor": self.actor,
-                "cause": self._started_id, "run": self.run, "site": self.site,
-                "recipe": self.recipe.name}
+    def _base(self) -> RunEventFields:
+        return {**event_envelope(self.source, actor=self.actor, cause=self._started_id),
+                "run": self.run, "site": self.site, "recipe": self.recipe.name}
 
     async def execute(self) -> ValidationCompleted:
         t0 = time.monotonic()
@@ -74,7 +86,7 @@ class ValidationRun:
             phases=[p.phase for p in plan], resolved=resolved)
         self._started_id = started.id
         await self.bus.publish(started)
-        nodes = snapshots.node_readings(snap)
+        nodes = node_readings(snap)
         emitted: dict[str, Reading] = {}
         statuses: dict[str, str] = {}
         environment = {"site": self.site, "recipe": self.recipe.name, "run": self.run,
@@ -84,7 +96,7 @@ class ValidationRun:
             runs = [await self.jobs.run_check(check) for check in step.checks]
             for r in runs:
                 emitted.update(r.readings)
-            results = phases.evaluate_on_nodes(step.constraints, nodes, emitted)
+            results = judge_all_on_nodes(step.constraints, nodes, emitted)
             judged = phases.verdict(step.phase, results, runs)
             doc = phases.phase_report(step.phase, results, runs, start_ms=start_ms,
                                       stop_ms=_ms(), environment=environment)

@@ -9,7 +9,7 @@ import logging
 from cairn import subjects
 from cairn.bus import Bus, objects
 from cairn.errors import CairnError
-from cairn.snapshot import Reading, Snapshot, encode, flatten, remote
+from cairn.snapshot import Snapshot, encode, remote
 
 log = logging.getLogger("cairn.validator")
 
@@ -32,14 +32,3 @@ async def site_snapshot(bus: Bus, site: str, *, fresh: bool = True) -> tuple[Sna
 async def store(bus: Bus, snap: Snapshot) -> str:
     """Keep the judged snapshot in the `snapshots` store; returns its object name."""
     return await (await objects(bus, subjects.OBJ_SNAPSHOTS)).put(encode(snap))
-
-
-def node_readings(snap: Snapshot | None) -> dict[str, dict[str, Reading]]:
-    """Per node: the cluster's readings plus the node's own (node wins). A snapshot without
-    nodes is judged on its cluster readings; no snapshot at all has no readings."""
-    if snap is None:
-        return {"(no snapshot)": {}}
-    cluster = flatten(snap.cluster)
-    if not snap.nodes:
-        return {"(cluster)": cluster}
-    return {node.node: {**cluster, **flatten(node)} for node in snap.nodes}

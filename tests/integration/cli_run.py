@@ -7,11 +7,32 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from cairn.runtime.embedded import EmbeddedFederation
 
 CLI_TIMEOUT_S = 120.0
+
+
+async def run_bounded(*argv: str | Path, env: Mapping[str, str] | None = None,
+                      cwd: Path | None = None,
+                      timeout_s: float = CLI_TIMEOUT_S) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of a program run with no stdin; one that has not ended
+    within `timeout_s` is killed and fails the test."""
+    proc = await asyncio.create_subprocess_exec(
+        *map(str, argv), env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(
+            f"{' '.join(map(str, argv))} did not end within {timeout_s:g}s") from None
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 async def cairn(fed: EmbeddedFederation, *args: str, study: str,
@@ -21,19 +42,7 @@ async def cairn(fed: EmbeddedFederation, *args: str, study: str,
     env = {**os.environ, "CAIRN_NATS_URL": fed.nats.url, **fed.client_env(actor),
            "CAIRN_STUDY": study, "CAIRN_ACTOR": actor,
            "CAIRN_CONTEXT": str(fed.dir / "no-context.yaml")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cairn", *args, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(CLI_TIMEOUT_S):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(
-            f"cairn {' '.join(args)} did not end within {CLI_TIMEOUT_S:g}s") from None
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_bounded(sys.executable, "-m", "cairn", *args, env=env)
 
 
 async def wait_for_lines(path: Path, count: int, timeout_s: float = 60.0) -> list[str]:

@@ -19,6 +19,14 @@ ENV_SCRIPT = """\
 import json, os
 print(json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith("CAIRN_")}))
 """
+ONLY_SITE_A = """\
+    roles:
+      client:
+        entrypoint: python main.py
+        resources: {cpus: 1, memory: 256Mi}
+        sites: [site-a]
+    """
+"""`roles` of a job of one client, at site-a."""
 
 
 def write_job(job_dir: Path, *, name: str = "hello", script: str = ENV_SCRIPT,
@@ -126,6 +134,34 @@ def worker_process(launched: int) -> int | None:
         level = [child for pid in level for child in _children(pid)]
     children = _children(launched)
     return children[0] if children else None
+
+
+async def running_process(fed: EmbeddedFederation, job: str, site: str,
+                          study: str = "demo") -> int:
+    """The host pid of the job's own process at `site` (under the one its WorkerRunning
+    names)."""
+    bus = await fed.bus()
+    try:
+        running = [r.event async for r in replay(
+            bus, subjects.study_stream(study).name, ev.STUDY_DECODER,
+            filters=[subjects.job_site(study, job, site, "running")])]
+    finally:
+        await bus.close()
+    assert running and isinstance(running[0], ev.WorkerRunning)
+    pid = worker_process(int(running[0].native_id))
+    assert pid is not None, f"the worker at {site} has no process under its wrapper"
+    return pid
+
+
+async def dead_letters(fed: EmbeddedFederation) -> list[ev.DeadLettered]:
+    """Every dead letter so far (read as the hub)."""
+    bus = await fed.bus()
+    try:
+        return [r.event async for r in replay(bus, subjects.DEADLETTER_STREAM.name,
+                                              ev.DEADLETTER_DECODER)
+                if isinstance(r.event, ev.DeadLettered)]
+    finally:
+        await bus.close()
 
 
 def default_policy(fed: EmbeddedFederation, site: str) -> dict[str, Any]:

@@ -25,11 +25,45 @@ from cairn.runtime.context import Context
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from cairn.trust.credentials import mint_worker
 from cairn.trust.nkeyjwt import creds_file_text, read_creds
-from tests.fixtures.federation import make_federation
+from tests.fixtures.federation import make_federation, running
+from tests.integration.cp_helpers import write_job
 
 SITES = ("hub", "site-a", "site-b", "site-c")
 STUDIES = {"alpha": ("hub", "site-a", "site-c"), "beta": ("hub", "site-b", "site-c")}
 LEADS = {"alpha": "alice@org-a", "beta": "bob@org-b"}
+HELD = """\
+import pathlib, time
+marker = pathlib.Path(MARKER)
+deadline = time.time() + 120
+while not marker.exists() and time.time() < deadline:
+    time.sleep(0.05)
+import asyncio
+from cairn.worker import Worker
+async def main():
+    async with Worker.from_env() as w:
+        await w.result({"finished": marker.exists()})
+asyncio.run(main())
+"""
+"""A worker that waits (120 s at most) for the file MARKER, then returns whether it came."""
+
+
+def held_job(folder: Path, marker: Path, name: str = "hello") -> Path:
+    """A job of one client at site-a, held until `marker` exists (`HELD`)."""
+    return write_job(folder, name=name, script=HELD.replace("MARKER", repr(str(marker))),
+                     roles="""\
+        roles:
+          client:
+            entrypoint: python main.py
+            sites: [site-a]
+            resources: {cpus: 1, memory: 256Mi}
+        """)
+
+
+async def until_running(client: Client, job: str) -> None:
+    """Returns once `job` runs (its worker started)."""
+    async def runs() -> bool:
+        return (await client.job(job)).state == "running"
+    await wait_for(runs, "the job runs")
 
 
 def write_insider_files(fed: EmbeddedFederation) -> None:
@@ -65,12 +99,8 @@ def write_insider_files(fed: EmbeddedFederation) -> None:
 async def insiders(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
     fed = make_federation(tmp_path, sites=SITES)
     write_insider_files(fed)
-    fed.start()
-    try:
-        await fed.wait_healthy(90)
+    async with running(fed, healthy_s=90):
         yield fed
-    finally:
-        fed.stop()
 
 
 async def admin_of(fed: EmbeddedFederation, study: str, actor: str | None = None) -> Client:

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 from nats.aio.client import Client as NATS
 
 from cairn.bus import Bus
+from cairn.events import LaunchRequested
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.trust.connect import creds_options
 
@@ -157,3 +159,14 @@ async def watch(bus: Bus, subject: str) -> Watch:
     await bus.subscribe_core(subject, watching.on_msg)
     await bus.nc.flush(timeout=5)
     return watching
+
+
+def forged_launch(job: str, marker: Path, **changes: object) -> LaunchRequested:
+    """A launch at site-a, as site-a's own identity may write one, of a job no deploy command
+    asked for: its entrypoint touches `marker`, so running it shows."""
+    fields: dict[str, object] = {
+        "id": f"forged-{job}", "at": "2026-01-01T00:00:00Z", "study": "demo",
+        "source": "agent@site-a", "launch_id": f"{job}/site-a/client/0/0", "job": job,
+        "site": "site-a", "role": "client", "entrypoint": f"touch {marker}"}
+    fields.update(changes)
+    return msgspec.convert(fields, LaunchRequested)

@@ -18,7 +18,8 @@ import yaml
 
 from cairn.evidence.store import recorded
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
-from tests.fixtures.federation import make_federation
+from tests.fixtures.federation import make_federation, started
+from tests.integration.cli_run import run_bounded
 from tests.integration.cp_helpers import write_job
 
 RECIPE = "cpu-linux-process"
@@ -27,13 +28,8 @@ TIMEOUT_S = 240.0
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
-    federation = make_federation(tmp_path_factory.mktemp("conventions"))
-    federation.start()
-    try:
-        asyncio.run(federation.wait_healthy(60))
+    with started(make_federation(tmp_path_factory.mktemp("conventions"))) as federation:
         yield federation
-    finally:
-        federation.stop()
 
 
 async def cairn(fed: EmbeddedFederation, *args: str, cwd: Path | None = None,
@@ -51,18 +47,8 @@ async def cairn(fed: EmbeddedFederation, *args: str, cwd: Path | None = None,
                     "CAIRN_CONTEXT": str(fed.dir / "no-context.yaml"), **fed.client_env()})
     if columns:
         env["COLUMNS"] = str(columns)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cairn", *args, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"cairn {' '.join(args)} did not end in {TIMEOUT_S:g}s") from None
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_bounded(sys.executable, "-m", "cairn", *args, env=env, cwd=cwd,
+                             timeout_s=TIMEOUT_S)
 
 
 async def submit(fed: EmbeddedFederation, spec: Path, *extra: str) -> dict[str, object]:

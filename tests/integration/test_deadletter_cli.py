@@ -4,34 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 import yaml
-from click.testing import CliRunner
 
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import MSG_ID, Bus, Delivery, Subscription, replay
-from cairn.cli.main import main
 from cairn.client import get_message
 from cairn.runtime.natsserver import NatsServer
+from tests.cli_runner import cairn as run_cairn
 
 STUDY = "lung"
 GARBAGE = b'{"type": "job.submitted", "this is": "not a job"}'
 
 
 def cairn(url: str, *args: str) -> tuple[int, str, str]:
-    runner = CliRunner()
-    env = {"CAIRN_NATS_URL": url, "CAIRN_CONTEXT": "/nonexistent/context.yaml"}
-    with runner.isolation(env=env) as streams:
-        try:
-            code = main(list(args)) or 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        # `emit` writes to sys.stdout, a buffered wrapper here: flush before reading it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return int(code), streams[0].getvalue().decode(), streams[1].getvalue().decode()
+    return run_cairn(*args, env={"CAIRN_NATS_URL": url,
+                                 "CAIRN_CONTEXT": "/nonexistent/context.yaml"})
 
 
 async def dead_letter_garbage(bus: Bus) -> str:

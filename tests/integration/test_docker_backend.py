@@ -130,7 +130,7 @@ async def test_a_traced_workers_spans_are_sent_by_the_launcher(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from cairn import tracespool
-    from tests.otlp_receiver import OtlpReceiver
+    from tools.otlp_receiver import OtlpReceiver
 
     memory = InMemorySpanExporter()
     provider = TracerProvider(shutdown_on_exit=False)

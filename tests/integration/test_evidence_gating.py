@@ -23,7 +23,7 @@ from cairn.evidence.vsa import verify_receipt
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from cairn.snapshot import make_snapshot, remote
 from cairn.state.job import JobState
-from tests.fixtures.federation import connect, make_federation
+from tests.fixtures.federation import connect, make_federation, started
 from tests.integration.cp_helpers import study_events, write_job
 
 RECIPE = "cpu-linux-process"
@@ -32,13 +32,8 @@ KERNEL = "OS.sysctl./proc/sys/kernel/osrelease"
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
-    federation = make_federation(tmp_path_factory.mktemp("gating"))
-    federation.start()
-    try:
-        asyncio.run(federation.wait_healthy(60))
+    with started(make_federation(tmp_path_factory.mktemp("gating"))) as federation:
         yield federation
-    finally:
-        federation.stop()
 
 
 async def validate(fed: EmbeddedFederation, site: str) -> str:

@@ -21,20 +21,15 @@ from cairn.evidence.keys import SigningKey
 from cairn.evidence.store import recorded
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
 from tests.fixtures import evidence as ev
-from tests.fixtures.federation import make_federation
+from tests.fixtures.federation import make_federation, started
 
 RECIPE = "cpu-linux-process"
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
-    federation = make_federation(tmp_path_factory.mktemp("evidence"))
-    federation.start()
-    try:
-        asyncio.run(federation.wait_healthy(60))
+    with started(make_federation(tmp_path_factory.mktemp("evidence"))) as federation:
         yield federation
-    finally:
-        federation.stop()
 
 
 async def cairn(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:

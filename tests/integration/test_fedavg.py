@@ -19,13 +19,12 @@ import pytest
 import yaml
 
 from cairn import events as ev
-from cairn import subjects
 from cairn.bus import Bus, job_files, replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.state.job import JobState
 from tests.fixtures.federation import connect, make_federation
-from tests.integration.cp_helpers import study_events, worker_process
+from tests.integration.cp_helpers import running_process, study_events
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "fedavg"
@@ -84,18 +83,7 @@ def alone_accuracy(fed: EmbeddedFederation, site: str, epochs: int) -> float:
 async def kill_client(fed: EmbeddedFederation, job_id: str, site: str) -> None:
     """SIGKILL the client worker at `site` (its wrapper, under the process WorkerRunning
     names, stays to record the signal, so the launcher reports the worker crashed)."""
-    assert fed.nats is not None
-    bus = await fed.bus()
-    try:
-        running = [r.event async for r in replay(
-            bus, subjects.study_stream("demo").name, ev.STUDY_DECODER,
-            filters=[subjects.job_site("demo", job_id, site, "running")])]
-    finally:
-        await bus.close()
-    assert running and isinstance(running[0], ev.WorkerRunning)
-    worker = worker_process(int(running[0].native_id))
-    assert worker, f"the worker at {site} has no process under its wrapper"
-    os.kill(worker, signal.SIGKILL)
+    os.kill(await running_process(fed, job_id, site), signal.SIGKILL)
 
 
 async def assert_clean_end(fed: EmbeddedFederation, job_id: str, workers: int) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cairn.runtime.embedded import DEFAULT_ADMIN
 from tests.fixtures.federation import connect, make_federation
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tools.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 WORKER = """\
 import os

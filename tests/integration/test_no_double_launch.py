@@ -16,7 +16,7 @@ from cairn import subjects
 from cairn.bus import replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.integration.cp_helpers import release_workers, write_job
+from tests.integration.cp_helpers import ONLY_SITE_A, release_workers, write_job
 
 HELD = '''\
 import os, pathlib, time
@@ -28,13 +28,6 @@ for _ in range(1200):  # held until the test releases it, 120 s at most
         break
     time.sleep(0.1)
 '''
-ONLY_SITE_A = """\
-    roles:
-      client:
-        entrypoint: python main.py
-        resources: {cpus: 1, memory: 256Mi}
-        sites: [site-a]
-    """
 
 
 async def _republish_under_fresh_ids(fed: EmbeddedFederation, job_id: str) -> None:

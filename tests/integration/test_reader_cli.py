@@ -15,6 +15,7 @@ from cairn import subjects
 from cairn.bus import replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
+from tests.integration.cli_run import run_bounded
 from tests.integration.cp_helpers import write_job
 from tests.integration.security_helpers import connect_as, refused_at_connect
 
@@ -28,19 +29,8 @@ async def _cairn(*args: str | Path, context: Path | None = None) -> tuple[int, s
                                 "CAIRN_STUDY", "CAIRN_ACTOR"))}
     if context is not None:
         env["CAIRN_CONTEXT"] = str(context)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cairn", *map(str, args), env=env,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(CLI_TIMEOUT_S):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"cairn {' '.join(map(str, args))} hung") from None
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_bounded(sys.executable, "-m", "cairn", *args, env=env,
+                             timeout_s=CLI_TIMEOUT_S)
 
 
 async def _stored_seqs(fed: EmbeddedFederation, job: str) -> list[int]:

@@ -4,7 +4,6 @@ JavaScript reader, the Python reader and the data reader."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -15,6 +14,7 @@ import pytest
 
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
+from tests.integration.cli_run import run_bounded
 from tests.integration.cp_helpers import write_job
 from tests.integration.test_reader_js import JS_DIR, node
 
@@ -50,18 +50,9 @@ async def _run(cwd: Path, *args: str | Path) -> str:
     # Only what a user's shell would have: no credential or context of the test's own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    proc = await asyncio.create_subprocess_exec(
-        *map(str, args), cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(RUN_TIMEOUT_S):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{' '.join(map(str, args))} hung") from None
-    assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{err.decode()}"
-    return out.decode()
+    code, out, err = await run_bounded(*args, cwd=cwd, env=env, timeout_s=RUN_TIMEOUT_S)
+    assert code == 0, f"{args}: exit {code}\n{err}"
+    return out
 
 
 @pytest.mark.timeout(300)

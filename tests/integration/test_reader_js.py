@@ -10,7 +10,6 @@ everything else.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import json
 import shutil
@@ -25,6 +24,7 @@ import yaml
 from cairn.client import Client
 from cairn.events import StudyAdmin
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
+from tests.integration.cli_run import run_bounded
 from tests.integration.cp_helpers import study_events, write_job
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"
@@ -69,19 +69,7 @@ def node() -> str:
 
 
 async def _run(*args: str | Path, timeout: float = NODE_TIMEOUT_S) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *(str(a) for a in args), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{' '.join(map(str, args))} did not end in {timeout:g}s") \
-            from None
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_bounded(*args, timeout_s=timeout)
 
 
 async def _provision_reader(fed: EmbeddedFederation, name: str, *, data: bool = False

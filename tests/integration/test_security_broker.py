@@ -14,8 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from cairn import subjects
 from cairn.client import Client
 from cairn.events import StudyAdmin
@@ -25,23 +23,10 @@ from cairn.spec.federation import load_federation
 from cairn.trust.credentials import mint_worker
 from cairn.trust.nkeyjwt import creds_file_text, read_creds
 from cairn.trust.provision import provision, revoke
-from tests.fixtures.federation import make_federation
 from tests.integration.cp_helpers import default_policy, rewrite_runtime, write_job
 from tests.integration.security_helpers import connect_as, refused_at_connect
 
 SECRET = "s-secret"
-
-
-@pytest.fixture
-async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
-    fed = make_federation(tmp_path)
-    fed.secure = True
-    fed.start()
-    try:
-        await fed.wait_healthy(60)
-        yield fed
-    finally:
-        fed.stop()
 
 
 async def _admin(fed: EmbeddedFederation, study: str = "demo") -> Client:
@@ -56,8 +41,8 @@ def _kit(fed: EmbeddedFederation, name: str) -> Path:
 
 
 async def test_a_site_outside_a_study_sees_none_of_it_and_cannot_write_into_it(
-        secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
-    fed = secure_fed
+        secure_federation: EmbeddedFederation, tmp_path: Path) -> None:
+    fed = secure_federation
     admin = await _admin(fed)
     await admin.study_create(SECRET, ["site-a"], [StudyAdmin(name=DEFAULT_ADMIN, org="coord",
                                                              role="lead")])
@@ -112,8 +97,8 @@ async def _job_subjects(fed: EmbeddedFederation, job: str) -> AsyncIterator[str]
 
 
 async def test_unauthenticated_foreign_expired_and_revoked_clients_are_refused_at_connect(
-        secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
-    fed = secure_fed
+        secure_federation: EmbeddedFederation, tmp_path: Path) -> None:
+    fed = secure_federation
     assert fed.trust is not None
     assert await refused_at_connect(fed, None)
     # A credential from another federation's root.
@@ -162,8 +147,8 @@ async def _may_subscribe(fed: EmbeddedFederation, creds: Path, subject: str) -> 
 
 
 async def test_membership_changes_reach_the_broker_within_seconds(
-        secure_fed: EmbeddedFederation) -> None:
-    fed = secure_fed
+        secure_federation: EmbeddedFederation) -> None:
+    fed = secure_federation
     admin = await _admin(fed)
     await admin.study_create(SECRET, ["site-a"], [StudyAdmin(name=DEFAULT_ADMIN, org="coord",
                                                              role="lead")])

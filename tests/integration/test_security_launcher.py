@@ -7,7 +7,6 @@ from study_runtime.yaml is checked too: tests/unit/test_launchguard.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
@@ -15,33 +14,9 @@ import pytest
 
 from cairn import subjects
 from cairn.bus import replay
-from cairn.events import DatasetMount, DeadLettered, LaunchRequested, WorkerExited
+from cairn.events import DatasetMount, DeadLettered, WorkerExited
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.fixtures.federation import make_federation
-from tests.integration.security_helpers import watch
-
-
-@pytest.fixture
-async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
-    fed = make_federation(tmp_path)
-    fed.secure = True
-    fed.start()
-    try:
-        await fed.wait_healthy(60)
-        yield fed
-    finally:
-        fed.stop()
-
-
-def _forged(n: int, marker: Path, **changes: object) -> LaunchRequested:
-    """A launch of a job that was never submitted (no deploy command has its launch id)."""
-    job = f"j-forged{n}"
-    fields: dict[str, object] = {
-        "id": f"forged-{n}", "at": "2026-01-01T00:00:00Z", "study": "demo",
-        "source": "agent@site-a", "launch_id": f"{job}/site-a/client/0/0", "job": job,
-        "site": "site-a", "role": "client", "entrypoint": f"touch {marker}"}
-    fields.update(changes)
-    return msgspec.convert(fields, LaunchRequested)
+from tests.integration.security_helpers import forged_launch, watch
 
 
 @pytest.mark.parametrize("change", [
@@ -51,13 +26,13 @@ def _forged(n: int, marker: Path, **changes: object) -> LaunchRequested:
     {"study": "validation"},
 ], ids=["entrypoint", "host-path", "secret-source", "other-study-runtime"])
 async def test_a_launch_the_site_did_not_accept_is_refused(
-        secure_fed: EmbeddedFederation, tmp_path: Path, change: dict[str, object]) -> None:
+        secure_federation: EmbeddedFederation, tmp_path: Path, change: dict[str, object]) -> None:
     marker = tmp_path / "pwned"
-    forged = _forged(1, marker, **change)
+    forged = forged_launch("j-forged1", marker, **change)
     # The site's own identity may write on its launch subject (its agent does): the
     # launcher's own checks are what stop it.
-    bus = await secure_fed.bus(kit="site-a")
-    hub = await secure_fed.bus()  # watches what the site may not read (dead letters)
+    bus = await secure_federation.bus(kit="site-a")
+    hub = await secure_federation.bus()  # watches what the site may not read (dead letters)
     try:
         letters = await watch(hub, subjects.deadletter(subjects.site_stream("site-a").name))
         exits = await watch(hub, subjects.site_job_events(forged.study or "", "site-a"))
@@ -70,12 +45,12 @@ async def test_a_launch_the_site_did_not_accept_is_refused(
     assert f"no deploy command for {forged.launch_id}" in letter.error, letter.error
     assert exits.seen == [], "the forged launch was reported in a job's name"
     assert not marker.exists(), "the forged command ran"
-    workers = secure_fed.site_dir("site-a") / "work" / "workers"
+    workers = secure_federation.site_dir("site-a") / "work" / "workers"
     assert not (workers / forged.launch_id.replace("/", "_")).exists()
 
 
 async def test_an_event_whose_content_is_not_its_subjects_owner_is_dead_lettered(
-        secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
+        secure_federation: EmbeddedFederation, tmp_path: Path) -> None:
     """site-a may write its own job events, but one that says it is about site-b's worker
     is a forgery: the coordinator dead-letters it and the job is not failed."""
     from cairn.client import Client
@@ -84,7 +59,7 @@ async def test_an_event_whose_content_is_not_its_subjects_owner_is_dead_lettered
     from tests.integration.cp_helpers import write_job
     from tests.integration.security_helpers import connect_as
 
-    fed = secure_fed
+    fed = secure_federation
     assert fed.nats is not None and fed.trust is not None
     client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
                                           **fed.client_options()))

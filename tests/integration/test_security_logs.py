@@ -17,18 +17,11 @@ from cairn.errors import NotFound, PermissionDenied
 from cairn.events import StudyAdmin
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import connect, make_federation
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import ONLY_SITE_A, write_job
 from tests.integration.security_helpers import connect_as
 
 LINE = "a line only demo's admins may read"
 SCRIPT = f'print("{LINE}", flush=True)\n'
-ONLY_SITE_A = """\
-    roles:
-      client:
-        entrypoint: python main.py
-        resources: {cpus: 1, memory: 256Mi}
-        sites: [site-a]
-    """
 BOB, EVE = "bob@org-site-b", "eve@org-site-a"
 
 

@@ -17,7 +17,7 @@ from cairn.events import JobSubmitted
 from cairn.runtime.context import Context
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.trust.requests import RequestSigner
-from tests.fixtures.federation import make_federation
+from tests.fixtures.federation import make_federation, running
 from tests.integration.cp_helpers import study_events, write_job
 
 FEDERATION = {
@@ -40,12 +40,8 @@ async def fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
     federation.secure = True
     federation.dir.mkdir(parents=True)
     federation.federation_file.write_text(yaml.safe_dump(FEDERATION))
-    federation.start()
-    try:
-        await federation.wait_healthy(60)
+    async with running(federation):
         yield federation
-    finally:
-        federation.stop()
 
 
 async def _as(fed: EmbeddedFederation, who: str, study: str, actor: str | None = None

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from cairn import subjects
 from cairn.client import Client
 from cairn.runtime.context import Context
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
-from tests.fixtures.federation import make_federation
 from tests.integration.cp_helpers import release_workers, worker_dirs, write_job
 from tests.integration.security_helpers import connect_as, refused_at_connect
 
@@ -27,18 +23,6 @@ deadline = time.time() + 90
 while time.time() < deadline and not os.path.exists("stop"):
     time.sleep(0.05)
 """
-
-
-@pytest.fixture
-async def secure_fed(tmp_path: Path) -> AsyncIterator[EmbeddedFederation]:
-    fed = make_federation(tmp_path)
-    fed.secure = True
-    fed.start()
-    try:
-        await fed.wait_healthy(60)
-        yield fed
-    finally:
-        fed.stop()
 
 
 async def _stolen(fed: EmbeddedFederation, job: str, site: str, timeout: float) -> Path:
@@ -54,8 +38,8 @@ async def _stolen(fed: EmbeddedFederation, job: str, site: str, timeout: float) 
 
 
 async def test_a_worker_credential_is_confined_to_its_job_and_dies_with_it(
-        secure_fed: EmbeddedFederation, tmp_path: Path) -> None:
-    fed = secure_fed
+        secure_federation: EmbeddedFederation, tmp_path: Path) -> None:
+    fed = secure_federation
     assert fed.nats is not None
     client = await Client.connect(Context(nats_url=fed.nats.url, study="demo",
                                           **fed.client_options(DEFAULT_ADMIN)))

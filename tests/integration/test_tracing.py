@@ -11,7 +11,7 @@ import pytest
 from cairn import events as ev
 from cairn import subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tools.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 STUDY = "traced"
 

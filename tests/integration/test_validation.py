@@ -22,19 +22,14 @@ from cairn import events as ev
 from cairn import subjects
 from cairn.bus import replay
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
-from tests.fixtures.federation import make_federation
+from tests.fixtures.federation import make_federation, started
 from tests.integration.cp_helpers import study_events
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
-    federation = make_federation(tmp_path_factory.mktemp("validation"))
-    federation.start()
-    try:
-        asyncio.run(federation.wait_healthy(60))
+    with started(make_federation(tmp_path_factory.mktemp("validation"))) as federation:
         yield federation
-    finally:
-        federation.stop()
 
 
 async def cairn(fed: EmbeddedFederation, *args: str) -> tuple[int, str, str]:

@@ -18,7 +18,7 @@ from cairn import events as ev
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.docker import BuiltImage, DockerEngine
-from tests.fixtures.federation import connect, make_federation
+from tests.fixtures.federation import connect, make_federation, started
 from tests.integration.cp_helpers import study_events, write_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,13 +53,9 @@ def federation(dockerd: DockerEngine, worker_image: BuiltImage,
     runtime = fed.site_dir(DOCKER_SITE) / "local" / "study_runtime.yaml"
     runtime.parent.mkdir(parents=True)
     runtime.write_text(yaml.safe_dump(docker_runtime(fed, worker_image)))
-    fed.start()
-    try:
-        asyncio.run(fed.wait_healthy(90))
+    with started(fed, healthy_s=90):
         setup_data.write(fed.dir / "sites", hub=fed.hub)
         yield fed
-    finally:
-        fed.stop()
 
 
 @pytest.fixture

@@ -24,18 +24,16 @@ from typing import Any
 
 import pytest
 
-from cairn import events as ev
 from cairn import subjects
-from cairn.bus import replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.fixtures.federation import connect, make_federation
+from tests.fixtures.federation import connect, make_federation, running
 from tests.integration.cp_helpers import (
     default_policy,
     release_workers,
     rewrite_runtime,
+    running_process,
     worker_files,
-    worker_process,
     write_job,
 )
 
@@ -113,21 +111,6 @@ async def _launcher_health(fed: EmbeddedFederation, site: str) -> dict[str, Any]
         await bus.close()
 
 
-async def _running_pid(fed: EmbeddedFederation, job: str, site: str) -> int:
-    """The host pid of the job's own process at `site` (from its WorkerRunning)."""
-    bus = await fed.bus()
-    try:
-        running = [r.event async for r in replay(
-            bus, subjects.study_stream("demo").name, ev.STUDY_DECODER,
-            filters=[subjects.job_site("demo", job, site, "running")])]
-    finally:
-        await bus.close()
-    assert running and isinstance(running[0], ev.WorkerRunning)
-    pid = worker_process(int(running[0].native_id))
-    assert pid is not None, f"no worker process at {site}"
-    return pid
-
-
 async def _targets(fed: EmbeddedFederation, victim: str) -> dict[str, dict[str, str]]:
     """Per site, the host paths a hostile worker tries; each one there and readable here."""
     assert fed.trust is not None
@@ -137,7 +120,7 @@ async def _targets(fed: EmbeddedFederation, victim: str) -> dict[str, dict[str, 
         health = await _launcher_health(fed, site)
         [victim_dir] = [d for d in (await worker_files(fed, victim, "secret.txt", 3))
                         if f"/sites/{site}/" in str(d)]
-        victim_pid = await _running_pid(fed, victim, site)
+        victim_pid = await running_process(fed, victim, site)
         paths = {
             "hub kit creds": fed.trust.creds(fed.hub),
             "own kit creds": fed.trust.creds(site),
@@ -202,12 +185,8 @@ async def open_fed(tmp_path: Path) -> Any:
     """A secure federation whose sites do not isolate their workers at all."""
     fed = make_federation(tmp_path)
     fed.site_settings = {site: NOT_ISOLATED for site in fed.sites}
-    fed.start()
-    try:
-        await fed.wait_healthy(60)
+    async with running(fed):
         yield fed
-    finally:
-        fed.stop()
 
 
 async def test_a_hostile_job_reads_nothing_of_its_sites(

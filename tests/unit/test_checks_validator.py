@@ -3,11 +3,17 @@ job a check becomes."""
 
 from __future__ import annotations
 
-from cairn.recipes import Check, Constraint, load_catalog, resolve
+from cairn.recipes import (
+    Check,
+    Constraint,
+    judge_all_on_nodes,
+    load_catalog,
+    node_readings,
+    resolve,
+)
 from cairn.snapshot import make_snapshot
 from cairn.validator import phases
 from cairn.validator.checkjobs import job_request, wants_gpus
-from cairn.validator.snapshots import node_readings
 
 
 def test_readiness_holds_the_snapshot_constraints_and_phases_keep_their_order() -> None:
@@ -27,7 +33,7 @@ def test_a_constraint_must_hold_on_every_node_and_says_which_failed() -> None:
                          nodes={"n1": {"GPU.smi.driver": "580.1"}, "n2": {}})
     nodes = node_readings(snap)
     assert nodes["n1"]["Slurm.cluster.version"] == "23.11"  # cluster facts reach every node
-    results = phases.evaluate_on_nodes(
+    results = judge_all_on_nodes(
         [Constraint(name="GPU.smi.driver", value=">= 575"),
          Constraint(name="Slurm.cluster.version", value=">= 22.05"),
          Constraint(name="accelerator-count", value=">= 1")],

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
-from cairn.cli.main import cli, main
+from cairn.cli.main import cli
+from tests.cli_runner import cairn
 
 GROUPS = ("study", "job", "site", "events", "replay", "deadletter")
-
-
-def cairn(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str, str]:
-    """Run `cairn ARGS` through `main` (as the console script does): exit code, stdout, stderr."""
-    runner = CliRunner()
-    with runner.isolation(env=env) as streams:
-        try:
-            code = main(list(args)) or 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        # `emit` writes to sys.stdout, a buffered wrapper here: flush before reading it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return int(code), streams[0].getvalue().decode(), streams[1].getvalue().decode()
 
 
 @pytest.fixture

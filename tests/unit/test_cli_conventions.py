@@ -14,9 +14,7 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
-from cairn.cli.main import main
 from cairn.cli.tables import Column, print_table
 from cairn.client.prefix import resolve_prefix
 from cairn.errors import EXIT_CODES, InvalidInput, InvalidName, NotFound
@@ -27,21 +25,10 @@ from cairn.runtime import context
 from cairn.runtime.service import SERVICE_OPTIONS, SERVICES, parse_args
 from cairn.spec.job import load_job_spec
 from cairn.spec.params import apply_sets
+from tests.cli_runner import cairn
 from tests.fixtures import evidence as ev
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def cairn(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str, str]:
-    runner = CliRunner()
-    with runner.isolation(env=env) as streams:
-        try:
-            code = main(list(args)) or 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return int(code), streams[0].getvalue().decode(), streams[1].getvalue().decode()
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from cairn.errors import Conflict
-from cairn.runtime.dirlock import LOCK_FILE, DirLock, read_holder, started
+from cairn.runtime.dirlock import LOCK_FILE, DirLock, pid_alive, read_holder, started
 
 CLAIM = """
 import sys
@@ -85,3 +86,20 @@ def test_a_damaged_lock_file_is_read_as_no_record(tmp_path: Path, content: bytes
     holder = read_holder(tmp_path)
     assert holder is None or (holder.started == () and not holder.running())
     DirLock.acquire(tmp_path).release()
+
+
+def test_a_process_is_alive_until_it_ends_and_a_zombie_is_not() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        assert pid_alive(child.pid)
+        assert child.stdin is not None
+        child.stdin.close()  # it ends; unreaped, it is a zombie until wait()
+        deadline = time.monotonic() + 10
+        while "\nState:\tZ" not in Path(f"/proc/{child.pid}/status").read_text():
+            assert time.monotonic() < deadline, "the child did not end"
+            os.sched_yield()
+        assert not pid_alive(child.pid)
+    finally:
+        child.wait(timeout=10)
+    assert not pid_alive(child.pid)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from cairn import events as ev
 from cairn import subjects
 from cairn.names import NAME_RULE
+from tests.subject_match import may
 
 EVENT_TYPES = ev.event_types()
 TAGS = [ev.tag_of(t) for t in EVENT_TYPES]
@@ -131,18 +132,8 @@ def test_every_event_has_one_subject_in_its_stream(event: ev.Event) -> None:
         *(subjects.site_stream(s) for s in {getattr(event, "site", None)} if isinstance(s, str)),
         *subjects.GLOBAL_STREAMS,
     ]
-    storing = [s.name for s in streams if any(_matches(p, subject) for p in s.subjects)]
+    storing = [s.name for s in streams if may(s.subjects, subject)]
     assert len(storing) == 1, (subject, storing)
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    pat, sub = pattern.split("."), subject.split(".")
-    for i, token in enumerate(pat):
-        if token == ">":
-            return len(sub) > i
-        if i >= len(sub) or token not in ("*", sub[i]):
-            return False
-    return len(pat) == len(sub)
 
 
 @quick

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 from pathlib import Path
 
 import yaml
-from click.testing import CliRunner
 
-from cairn.cli.main import main
 from cairn.evidence import bundle as bundles
 from cairn.evidence.bundle import MANIFEST, SNAPSHOT, manifest_of
 from cairn.evidence.keys import load_signing_key
+from tests.cli_runner import cairn
 from tests.fixtures import evidence as ev
-
-
-def cairn(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str, str]:
-    runner = CliRunner()
-    with runner.isolation(env=env) as streams:
-        try:
-            code = main(list(args)) or 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return int(code), streams[0].getvalue().decode(), streams[1].getvalue().decode()
 
 
 def setup_keys(tmp_path: Path) -> tuple[Path, Path]:

@@ -1,4 +1,4 @@
-"""The backend seam and the process backend's pure parts: loading, classification, env, argv."""
+"""The backend seam and the process backend's pure parts: loading, classification, argv."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from cairn.launcher.backends import (
 )
 from cairn.launcher.backends._exitcause import ExitRecord, Observed, classify, ran_out_of_memory
 from cairn.launcher.backends._memlimit import MECHANISMS, memory_limit_mechanism
-from cairn.launcher.backends._workdir import dir_name, worker_argv, worker_env
+from cairn.launcher.backends._workdir import dir_name, worker_argv
 from cairn.launcher.backends.process import ProcessBackend
 
 
@@ -114,22 +114,6 @@ def test_out_of_memory_lines() -> None:
     assert ran_out_of_memory(b"torch.OutOfMemoryError: CUDA out of memory\n")
     assert ran_out_of_memory(b"terminate called after throwing 'std::bad_alloc'\n")
     assert not ran_out_of_memory(b"MemoryError handled, retrying\nValueError: bad\n")
-
-
-def test_worker_env_keeps_the_contract_on_top(tmp_path: Path) -> None:
-    env = worker_env(
-        spec(
-            env={"CAIRN_JOB": "j1"},
-            study_env={"CAIRN_JOB": "evil", "CUDA_VISIBLE_DEVICES": "0,1,2", "TZ": "UTC"},
-            secret_env={"TOKEN": "t"},
-        ),
-        tmp_path,
-        "/opt/py/bin/python3",
-    )
-    assert env["CAIRN_JOB"] == "j1" and env["TZ"] == "UTC" and env["TOKEN"] == "t"
-    assert env["CUDA_VISIBLE_DEVICES"] == ""
-    assert env["CAIRN_WORKDIR"] == str(tmp_path)
-    assert env["PATH"].split(os.pathsep)[0] == "/opt/py/bin"
 
 
 def test_worker_argv(tmp_path: Path) -> None:

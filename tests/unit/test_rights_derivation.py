@@ -16,6 +16,7 @@ from tests.integration.test_rights_matrix import (
     _subjects,
 )
 from tests.rights_oracle import may_publish, may_subscribe, reads
+from tests.subject_match import may
 
 IDENTITIES = {
     "hub": Identity(kind=Kind.HUB, name="hub", site="hub"),
@@ -30,20 +31,6 @@ IDENTITIES = {
 }
 
 
-def _matches(pattern: str, subject: str) -> bool:
-    p, s = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(p) == len(s)
-
-
-def _may(allow: tuple[str, ...], subject: str) -> bool:
-    return any(_matches(p, subject) for p in allow)
-
-
 @pytest.mark.parametrize("label", sorted(IDENTITIES))
 def test_derived_permissions_agree_with_the_table(label: str) -> None:
     identity = IDENTITIES[label]
@@ -53,11 +40,11 @@ def test_derived_permissions_agree_with_the_table(label: str) -> None:
     readable = {s for s in STREAM_NAMES if reads(holder, s)}
     wrong = []
     for subject in _subjects():
-        if _may(perms.pub_allow, subject) != may_publish(holder, subject, readable):
-            wrong.append(f"publish {subject}: derived {_may(perms.pub_allow, subject)}")
-        if _may(perms.sub_allow, subject) != may_subscribe(holder, subject):
-            wrong.append(f"subscribe {subject}: derived {_may(perms.sub_allow, subject)}")
+        if may(perms.pub_allow, subject) != may_publish(holder, subject, readable):
+            wrong.append(f"publish {subject}: derived {may(perms.pub_allow, subject)}")
+        if may(perms.sub_allow, subject) != may_subscribe(holder, subject):
+            wrong.append(f"subscribe {subject}: derived {may(perms.sub_allow, subject)}")
     for subject, expected in _js_calls(holder):
-        if _may(perms.pub_allow, subject) != expected:
+        if may(perms.pub_allow, subject) != expected:
             wrong.append(f"{subject}: derived {not expected}, table {expected}")
     assert not wrong, "\n".join(wrong[:60])

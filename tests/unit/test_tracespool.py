@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cairn import tracespool
-from tests.otlp_receiver import OtlpReceiver
+from tools.otlp_receiver import OtlpReceiver
 
 
 def spool_spans(path: Path, *names: str) -> SpanExportResult:

@@ -8,6 +8,7 @@ import pytest
 from cairn.subjects.table import consumer_owner
 from cairn.trust.credentials import Identity, Kind
 from cairn.trust.permissions import Membership, Permissions, permissions
+from tests.subject_match import may
 
 MEMBERS = {"s1": Membership(sites=frozenset({"site-a"}), admins=frozenset({"alice@org-a"})),
            "s2": Membership(sites=frozenset({"site-b"}), admins=frozenset({"bob@org-b"}))}
@@ -20,26 +21,12 @@ HUB = Identity(kind=Kind.HUB, name="hub", site="hub")
 READER = Identity(kind=Kind.READER, name="dash@org-a", study="s1")
 
 
-def _matches(pattern: str, subject: str) -> bool:
-    p, s = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(p) == len(s)
-
-
-def _may(allow: tuple[str, ...], subject: str) -> bool:
-    return any(_matches(p, subject) for p in allow)
-
-
 def _pub(identity: Identity, subject: str) -> bool:
-    return _may(permissions(identity, KEY, MEMBERS).pub_allow, subject)
+    return may(permissions(identity, KEY, MEMBERS).pub_allow, subject)
 
 
 def _sub(identity: Identity, subject: str) -> bool:
-    return _may(permissions(identity, KEY, MEMBERS).sub_allow, subject)
+    return may(permissions(identity, KEY, MEMBERS).sub_allow, subject)
 
 
 def _own(identity: Identity, slot: int = 0) -> str:
@@ -85,7 +72,7 @@ def test_consumers_belong_to_their_owner() -> None:
 def test_membership_changes_the_permissions() -> None:
     joined = {**MEMBERS, "s2": Membership(sites=frozenset({"site-a", "site-b"}))}
     assert permissions(SITE_A, KEY, joined) != permissions(SITE_A, KEY, MEMBERS)
-    assert _may(permissions(SITE_A, KEY, joined).pub_allow,
+    assert may(permissions(SITE_A, KEY, joined).pub_allow,
                 "cairn.study.s2.job.j-1.site.site-a.exited")
 
 

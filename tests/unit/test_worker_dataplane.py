@@ -19,6 +19,7 @@ from hypothesis.extra import numpy as hnp
 from cairn.errors import InvalidInput, Timeout
 from cairn.worker import dataplane
 from cairn.worker.dataplane import DataPlane, Message, RemoteError, decode_payload, encode_payload
+from tests.subject_match import matches
 
 # -- codec ------------------------------------------------------------------------------------
 
@@ -111,11 +112,6 @@ class FakeBus:
             if matches(pattern, subject):
                 await cb(msg)
         return len(self.stream)
-
-
-def matches(pattern: str, subject: str) -> bool:
-    p, s = pattern.split("."), subject.split(".")
-    return len(p) == len(s) and all(a in ("*", b) for a, b in zip(p, s, strict=True))
 
 
 class FakeObjects:

@@ -19,6 +19,7 @@ import click
 from cairn.cli.output import emit, output_option
 from cairn.errors import Conflict, InvalidInput, NotFound
 from cairn.runtime import context
+from cairn.runtime.dirlock import pid_alive
 
 MARKERS = ("federation.yaml", "nats")
 """What `cairn up --dir DIR` always creates in DIR: a folder with neither is not one."""
@@ -34,25 +35,18 @@ def running_pids(folder: Path) -> list[tuple[int, str]]:
             continue
         try:
             words = (entry / "cmdline").read_bytes().split(b"\0")
-            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue  # gone, or not ours to read
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            # Not ours to read, or not yet: a process in the middle of its exec refuses it
+            # for a moment, and its command line alone may name the folder.
+            cwd = ""
         line = " ".join(w.decode("utf-8", "replace") for w in words if w)
         if root in line or cwd == root or cwd.startswith(root + "/"):
             found.append((int(entry.name), line[:120]))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    status = Path(f"/proc/{pid}/status")
-    # A killed daemon can linger as a zombie: it runs nothing.
-    return not (status.is_file() and "\nState:\tZ" in status.read_text())
 
 
 def _size(folder: Path) -> tuple[int, int]:
@@ -93,7 +87,7 @@ def clean(dir_: Path, dry_run: bool, output: str) -> None:
     path = context.context_path()
     ctx = context.load(path, required=False) if path.is_file() else None
     ours = ctx is not None and ctx.dir is not None and Path(ctx.dir).resolve() == dir_.resolve()
-    if ours and ctx is not None and ctx.up_pid is not None and _alive(ctx.up_pid):
+    if ours and ctx is not None and ctx.up_pid is not None and pid_alive(ctx.up_pid):
         raise Conflict(f"the federation runs: cairn up (pid {ctx.up_pid}, {ctx.nats_url}); "
                        "stop it first (`cairn down`)", file=str(dir_))
     left = running_pids(dir_)

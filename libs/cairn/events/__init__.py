@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from cairn.events.base import Event, now, stamp
+from cairn.events.base import Event, EventEnvelope, event_envelope, now, stamp
 from cairn.events.deadletter import DeadLettered
 from cairn.events.evidence import EvidenceRecorded
 from cairn.events.federation import (
@@ -71,6 +71,15 @@ from cairn.events.study import (
     StudySiteRemoved,
 )
 from cairn.events.worker import ResultFile, WorkerEvent, WorkerMetric, WorkerProgress, WorkerResult
+from cairn.events.workerref import (
+    OfWorker,
+    OfWorkerAttempt,
+    ReportFields,
+    WorkerFields,
+    WorkerRef,
+    make_launch_id,
+    worker_ref,
+)
 
 E = TypeVar("E")
 
@@ -126,22 +135,21 @@ def tag_of(event: Event | type[Event]) -> str:
 
 
 __all__ = [
-    "JOB_TERMINAL", "AnyEvent", "BackendDeclared",
-    "CancelCommand", "DatasetMount", "DeadLettered", "DeployCommand",
-    "Deployment", "DeploymentAccepted", "DeploymentRejected", "Event", "EvidenceRecorded",
-    "EvidenceStreamEvent", "FederationEvent",
+    "JOB_TERMINAL", "AnyEvent", "BackendDeclared", "CancelCommand", "DatasetMount",
+    "DeadLettered", "DeployCommand", "Deployment", "DeploymentAccepted", "DeploymentRejected",
+    "Event", "EventEnvelope", "EvidenceRecorded", "EvidenceStreamEvent", "FederationEvent",
     "FederationSeeded", "FederationSite", "FederationSiteAdded", "FederationStreamEvent",
-    "Heartbeat", "JobAborted", "JobCancelRequested", "JobCompleted", "JobDispatched", "JobEnding",
-    "JobEvent",
-    "JobFailed", "JobQueued", "JobRunning", "JobSubmitted", "JobUnschedulable", "LaunchCancel",
-    "LaunchCommand", "LaunchRequested", "ReadingChange", "RecipeRequirement", "RecordSkipped",
+    "Heartbeat", "JobAborted", "JobCancelRequested", "JobCompleted", "JobDispatched",
+    "JobEnding", "JobEvent", "JobFailed", "JobQueued", "JobRunning", "JobSubmitted",
+    "JobUnschedulable", "LaunchCancel", "LaunchCommand", "LaunchRequested", "OfWorker",
+    "OfWorkerAttempt", "ReadingChange", "RecipeRequirement", "RecordSkipped", "ReportFields",
     "Resources", "ResultFile", "RoleRequest", "SiteCommand", "SiteConfigLoaded",
-    "SiteConfigRejected",
-    "SiteJobEvent", "SiteStreamEvent", "SnapshotDrift", "SnapshotRecorded", "StudyAdmin",
-    "StudyAdminAdded", "StudyAdminEvent", "StudyAdminRemoved", "StudyCreated", "StudySiteAdded",
-    "StudySiteRemoved", "StudyStreamEvent", "ValidationCompleted", "ValidationPhase",
-    "ValidationStarted", "WorkerAllocation", "WorkerEvent", "WorkerExited", "WorkerLaunching",
-    "WorkerMetric", "WorkerProgress", "WorkerResult", "WorkerRunning", "decode", "encode",
-    "event_types", "now",
-    "stamp", "tag_of",
+    "SiteConfigRejected", "SiteJobEvent", "SiteStreamEvent", "SnapshotDrift",
+    "SnapshotRecorded", "StudyAdmin", "StudyAdminAdded", "StudyAdminEvent",
+    "StudyAdminRemoved", "StudyCreated", "StudySiteAdded", "StudySiteRemoved",
+    "StudyStreamEvent", "ValidationCompleted", "ValidationPhase", "ValidationStarted",
+    "WorkerAllocation", "WorkerEvent", "WorkerExited", "WorkerFields", "WorkerLaunching",
+    "WorkerMetric", "WorkerProgress", "WorkerRef", "WorkerResult", "WorkerRunning", "decode",
+    "encode", "event_envelope", "event_types", "make_launch_id", "now", "stamp", "tag_of",
+    "worker_ref",
 ]

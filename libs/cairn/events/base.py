@@ -42,3 +42,30 @@ class Stamp(TypedDict):
 def stamp() -> Stamp:
     """Fresh `id` and `at` for a new event: `JobSubmitted(**stamp(), ...)`."""
     return {"id": new_event_id(), "at": now()}
+
+
+class EventEnvelope(TypedDict):
+    """The fields every event starts with (see `Event`), to spread into its constructor."""
+
+    id: str
+    at: datetime
+    source: str
+    study: str | None
+    actor: str | None
+    cause: str | None
+
+
+def event_envelope(source: str, *, study: str | None = None, actor: str | None = None,
+             cause: str | None = None, id: str | None = None,
+             at: datetime | None = None) -> EventEnvelope:
+    """The envelope of a new event: `DeploymentAccepted(**event_envelope(...), job=...)`.
+
+    Args:
+        source: Who writes it, `service@site`.
+        id: Its id where it must be the same every time it is decided (`<launch id>.accepted`:
+            a decision made twice is then dropped as a duplicate); default a fresh one.
+        at: When it happened, where the writer's clock is passed in (a pure decision);
+            default now.
+    """
+    return {"id": id if id is not None else new_event_id(), "at": at if at is not None else now(),
+            "source": source, "study": study, "actor": actor, "cause": cause}

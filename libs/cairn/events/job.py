@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from cairn.events.base import Event
+from cairn.events.workerref import WorkerRef
 
 Placement = Literal["hub", "sites"]
 
@@ -129,6 +130,10 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     rank: int = 0
     attempt: int = 0
+
+    def worker(self, job: str) -> WorkerRef:
+        return WorkerRef(job=job, site=self.site, role=self.role, rank=self.rank,
+                         attempt=self.attempt)
 
 
 class JobDispatched(Event, tag="job.dispatched", frozen=True, kw_only=True):

@@ -12,16 +12,12 @@ import msgspec
 
 from cairn.events.base import Event
 from cairn.events.job import Resources
+from cairn.events.workerref import OfWorkerAttempt
 
 
-class DeployCommand(Event, tag="cmd.deploy", frozen=True, kw_only=True):
+class DeployCommand(OfWorkerAttempt, tag="cmd.deploy", frozen=True, kw_only=True):
     """Coordinator asks a site's agent to run one worker of a job."""
 
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     entrypoint: str
     resources: Resources = Resources()
     image: str | None = None
@@ -46,39 +42,24 @@ class CancelCommand(Event, tag="cmd.cancel", frozen=True, kw_only=True):
     grace_s: float = 10.0
 
 
-class DeploymentAccepted(Event, tag="deployment.accepted", frozen=True, kw_only=True):
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
+class DeploymentAccepted(OfWorkerAttempt, tag="deployment.accepted", frozen=True, kw_only=True):
     launch_id: str
     gpus: list[str] = []
     resources: Resources = Resources()
 
 
-class DeploymentRejected(Event, tag="deployment.rejected", frozen=True, kw_only=True):
+class DeploymentRejected(OfWorkerAttempt, tag="deployment.rejected", frozen=True, kw_only=True):
     """The site's policy refused a worker: `reason` is the closed-set cause (site-policy,
     image-not-approved, over-study-limit) and `message` says what to change.
     `missing_capability` names what the site's backend cannot do (`gpu`, `multi-node`,
     `containers`) when that is why; "" otherwise."""
 
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     reason: str
     message: str
     missing_capability: str = ""
 
 
-class WorkerLaunching(Event, tag="worker.launching", frozen=True, kw_only=True):
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
+class WorkerLaunching(OfWorkerAttempt, tag="worker.launching", frozen=True, kw_only=True):
     launch_id: str
     backend: str
 
@@ -94,28 +75,18 @@ class WorkerAllocation(msgspec.Struct, frozen=True, kw_only=True):
     memory_bytes: int = 0
 
 
-class WorkerRunning(Event, tag="worker.running", frozen=True, kw_only=True):
+class WorkerRunning(OfWorkerAttempt, tag="worker.running", frozen=True, kw_only=True):
     """The backend started the worker. `allocation` is what it was given; a worker that can
     use other GPUs than that ends at once with cause `allocation-mismatch`."""
 
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     launch_id: str
     native_id: str = ""
     allocation: WorkerAllocation | None = None
 
 
-class WorkerExited(Event, tag="worker.exited", frozen=True, kw_only=True):
+class WorkerExited(OfWorkerAttempt, tag="worker.exited", frozen=True, kw_only=True):
     """A worker ended. `reason` is the closed-set cause, None for a clean exit (code 0)."""
 
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     launch_id: str
     exit_code: int | None = None
     reason: str | None = None

@@ -6,24 +6,16 @@ from typing import Any
 
 import msgspec
 
-from cairn.events.base import Event
+from cairn.events.workerref import OfWorker
 
 
-class WorkerProgress(Event, tag="worker.progress", frozen=True, kw_only=True):
-    job: str
-    site: str
-    role: str
-    rank: int = 0
+class WorkerProgress(OfWorker, tag="worker.progress", frozen=True, kw_only=True):
     step: int | None = None
     total: int | None = None
     message: str = ""
 
 
-class WorkerMetric(Event, tag="worker.metric", frozen=True, kw_only=True):
-    job: str
-    site: str
-    role: str
-    rank: int = 0
+class WorkerMetric(OfWorker, tag="worker.metric", frozen=True, kw_only=True):
     step: int | None = None
     values: dict[str, float] = {}
 
@@ -37,11 +29,7 @@ class ResultFile(msgspec.Struct, frozen=True, kw_only=True):
     size: int
 
 
-class WorkerResult(Event, tag="worker.result", frozen=True, kw_only=True):
-    job: str
-    site: str
-    role: str
-    rank: int = 0
+class WorkerResult(OfWorker, tag="worker.result", frozen=True, kw_only=True):
     value: Any = None
     files: list[ResultFile] = []
 

@@ -5,6 +5,7 @@ The validator's entry points:
     catalog = load_catalog()                       # or load_catalog("path/to/recipes")
     recipe = resolve(catalog, "h100-eks-ubuntu-training")   # or resolve(catalog, Criteria(...))
     results = evaluate_constraints(recipe.constraints, readings)
+    results = judge_all_on_nodes(recipe.constraints, node_readings(snapshot), emitted)
     verdict = phase_verdict("readiness", results, checks=[...])
     catalog.checks["nccl-all-reduce-bw"]           # the check catalog (recipes/checks.yaml)
 """
@@ -34,6 +35,7 @@ from cairn.recipes.model import (
     Recipe,
     RecipeFile,
 )
+from cairn.recipes.nodes import judge_all_on_nodes, judge_on_nodes, node_readings, phase_constraints
 from cairn.recipes.resolve import application_order, base_chain, query_value, resolve
 from cairn.recipes.versions import compare_versions, parse_version
 
@@ -62,15 +64,19 @@ __all__ = [
     "default_catalog_dir",
     "evaluate_constraint",
     "evaluate_constraints",
+    "judge_all_on_nodes",
+    "judge_on_nodes",
     "load_catalog",
     "load_checks",
     "load_criteria",
     "match",
     "matches",
+    "node_readings",
     "parse_assignments",
     "parse_duration",
     "parse_expression",
     "parse_version",
+    "phase_constraints",
     "phase_verdict",
     "query_value",
     "resolve",

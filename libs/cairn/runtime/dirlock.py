@@ -56,7 +56,7 @@ class Started:
     start: int = 0
 
     def alive(self) -> bool:
-        return _start_time(self.pid) == self.start if self.start else _exists(self.pid)
+        return _start_time(self.pid) == self.start if self.start else pid_alive(self.pid)
 
 
 @dataclass(frozen=True)
@@ -202,14 +202,19 @@ def _leftover_message(dir_: Path, holder: Holder, left: list[Started]) -> str:
             f"`cairn down --dir {dir_}` or `kill {pids}`; nothing was changed")
 
 
-def _exists(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` runs (another user's too); a zombie runs nothing."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "\nState:\tZ" not in status.read_text()
+    except OSError:
+        return True  # it was there a moment ago; /proc may not say more
 
 
 def _start_time(pid: int) -> int | None:

@@ -19,10 +19,10 @@ from cairn.events import (
     DeploymentRejected,
     Resources,
     WorkerExited,
+    worker_ref,
 )
 from cairn.spec.policy import StudyUsage, check_deployment
 from cairn.spec.runtime import StudyRuntime
-from cairn.state.launch import make_launch_id
 
 GPU, MULTI_NODE, CONTAINERS = "gpu", "multi-node", "containers"
 """Capability names a launcher declares for its backend (`site.backend`) and a deploy needs."""
@@ -77,8 +77,7 @@ def apply(state: AgentState, event: object) -> AgentState:
             return AgentState(allocations={**state.allocations, event.launch_id: allocation},
                               decided=state.decided | {event.launch_id})
         case DeploymentRejected():
-            launch_id = make_launch_id(event.job, event.site, event.role, event.rank,
-                                       event.attempt)
+            launch_id = worker_ref(event).launch_id
             if launch_id in state.decided:
                 return state
             return msgspec.structs.replace(state, decided=state.decided | {launch_id})
@@ -93,10 +92,6 @@ def apply(state: AgentState, event: object) -> AgentState:
 def fold(events: Iterable[object], initial: AgentState | None = None) -> AgentState:
     """`functools.reduce(apply, events, initial)`."""
     return functools.reduce(apply, events, initial or AgentState())
-
-
-def launch_id_of(cmd: DeployCommand) -> str:
-    return make_launch_id(cmd.job, cmd.site, cmd.role, cmd.rank, cmd.attempt)
 
 
 def needed_capabilities(cmd: DeployCommand, default_image: str | None) -> dict[str, str]:
@@ -154,7 +149,7 @@ def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
     In order: the study's policy at this site, what the backend can do (`backend` is its name
     and declared capabilities; None when the launcher has not declared them), then room.
     """
-    launch_id = launch_id_of(cmd)
+    launch_id = worker_ref(cmd).launch_id
     if launch_id in state.decided:
         return None
     study = cmd.study or ""

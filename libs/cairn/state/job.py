@@ -26,6 +26,7 @@ from cairn.events import (
     JobRunning,
     JobSubmitted,
     JobUnschedulable,
+    OfWorker,
     ResultFile,
     WorkerExited,
     WorkerLaunching,
@@ -132,10 +133,14 @@ def _advance(job: JobState, state: str, at: datetime, **changes: Any) -> JobStat
     return msgspec.structs.replace(job, state=state, updated_at=at, **changes)
 
 
-def _worker(job: JobState, site: str, role: str, rank: int, at: datetime,
-            state: str | None = None, **changes: Any) -> JobState:
-    key = worker_key(site, role, rank)
-    current = job.workers.get(key) or WorkerState(site=site, role=role, rank=rank)
+def _worker(job: JobState, event: OfWorker, state: str | None = None,
+            **changes: Any) -> JobState:
+    """The job once `event` happened to one of its workers (keyed by site, role and rank:
+    a worker's attempts share its row)."""
+    at = event.at
+    key = worker_key(event.site, event.role, event.rank)
+    current = job.workers.get(key) or WorkerState(site=event.site, role=event.role,
+                                                  rank=event.rank)
     if state is not None:
         if WORKER_ORDER[state] < WORKER_ORDER[current.state] or current.state in (
                 "exited", "rejected"):
@@ -188,28 +193,24 @@ def apply(job: JobState | None, event: object) -> JobState | None:
                             reasons=event.reasons, message="; ".join(
                                 f"{k}: {v}" for k, v in sorted(event.reasons.items())))
         case DeploymentAccepted():
-            return _worker(job, event.site, event.role, event.rank, event.at, "accepted",
-                           launch_id=event.launch_id, gpus=tuple(event.gpus))
+            return _worker(job, event, "accepted", launch_id=event.launch_id,
+                           gpus=tuple(event.gpus))
         case DeploymentRejected():
-            return _worker(job, event.site, event.role, event.rank, event.at, "rejected",
-                           cause=event.reason, message=event.message)
+            return _worker(job, event, "rejected", cause=event.reason, message=event.message)
         case WorkerLaunching():
-            return _worker(job, event.site, event.role, event.rank, event.at, "launching",
-                           launch_id=event.launch_id)
+            return _worker(job, event, "launching", launch_id=event.launch_id)
         case WorkerRunning():
-            return _worker(job, event.site, event.role, event.rank, event.at, "running")
+            return _worker(job, event, "running")
         case WorkerExited():
-            return _worker(job, event.site, event.role, event.rank, event.at, "exited",
-                           exit_code=event.exit_code, cause=event.reason,
-                           message=event.message)
+            return _worker(job, event, "exited", exit_code=event.exit_code,
+                           cause=event.reason, message=event.message)
         case WorkerProgress():
-            return _worker(job, event.site, event.role, event.rank, event.at,
-                           progress=event.message, step=event.step, total=event.total)
+            return _worker(job, event, progress=event.message, step=event.step,
+                           total=event.total)
         case WorkerMetric():
             current = job.workers.get(worker_key(event.site, event.role, event.rank))
             metrics = {**(current.metrics if current else {}), **event.values}
-            return _worker(job, event.site, event.role, event.rank, event.at, metrics=metrics,
-                           step=event.step)
+            return _worker(job, event, metrics=metrics, step=event.step)
         case WorkerResult():
             result = JobResult(site=event.site, role=event.role, rank=event.rank,
                                value=event.value, files=tuple(event.files))

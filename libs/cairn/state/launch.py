@@ -13,24 +13,25 @@ from datetime import datetime
 
 import msgspec
 
-from cairn.events import LaunchCancel, LaunchRequested, WorkerExited, WorkerLaunching, WorkerRunning
+from cairn.events import (
+    LaunchCancel,
+    LaunchRequested,
+    WorkerExited,
+    WorkerLaunching,
+    WorkerRunning,
+    worker_ref,
+)
+
+# make_launch_id's home is cairn.events.workerref; it is still importable from here.
+from cairn.events.workerref import WorkerLaunch
+from cairn.events.workerref import make_launch_id as make_launch_id
 from cairn.spec.causes import Cause
 
 LAUNCH_ORDER = {"requested": 0, "launching": 1, "running": 2, "exited": 3}
 
 
-def make_launch_id(job: str, site: str, role: str, rank: int, attempt: int) -> str:
-    """The deterministic launch id, `<job>/<site>/<role>/<rank>/<attempt>`.
-
-    The agent builds it when it accepts a deployment and the launcher keys its records by it:
-    one id per worker attempt is what makes a replayed command start nothing new. Rank is
-    part of it so two ranks of one role at one site never share a working directory.
-    """
-    return f"{job}/{site}/{role}/{rank}/{attempt}"
-
-
-class LaunchState(msgspec.Struct, frozen=True, kw_only=True):
-    """One worker attempt as the launcher knows it.
+class LaunchState(WorkerLaunch, frozen=True, kw_only=True):
+    """One worker attempt as the launcher knows it (its key: `WorkerLaunch`).
 
     Attributes:
         state: `requested`, `launching`, `running` or `exited`.
@@ -43,13 +44,6 @@ class LaunchState(msgspec.Struct, frozen=True, kw_only=True):
         reason: The reported closed-set cause; None for a clean exit.
     """
 
-    launch_id: str
-    study: str
-    job: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     state: str = "requested"
     requested_at: datetime | None = None
     updated_at: datetime | None = None
@@ -99,8 +93,7 @@ def apply(launches: Launches, event: object) -> Launches:
             if event.launch_id in launches.launches:
                 return launches  # requested again (a replay): still the first request
             return _put(launches, LaunchState(
-                launch_id=event.launch_id, study=event.study or "", job=event.job,
-                site=event.site, role=event.role, rank=event.rank, attempt=event.attempt,
+                **worker_ref(event).launch_fields(event.study or "", event.launch_id),
                 requested_at=event.at, updated_at=event.at))
         case WorkerLaunching():
             return _advance(launches, event.launch_id, "launching", event.at)

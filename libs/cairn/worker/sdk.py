@@ -43,13 +43,16 @@ from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     STUDY_DECODER,
     Deployment,
+    EventEnvelope,
     JobDispatched,
+    ReportFields,
     ResultFile,
     WorkerExited,
     WorkerMetric,
     WorkerProgress,
+    WorkerRef,
     WorkerResult,
-    stamp,
+    event_envelope,
 )
 from cairn.worker.allocation import prove_allocation
 from cairn.worker.dataplane import DataPlane, Handler, Message, RemoteError
@@ -58,6 +61,10 @@ __all__ = ["Message", "RemoteError", "Worker", "WorkerEnvError", "main"]
 
 T = TypeVar("T")
 REQUIRED = ("CAIRN_NATS_URL", "CAIRN_STUDY", "CAIRN_JOB", "CAIRN_SITE", "CAIRN_ROLE")
+
+
+class ReportStart(EventEnvelope, ReportFields):
+    """What each of a worker's reports starts with: the envelope and who it is."""
 
 
 class WorkerEnvError(InvalidInput):
@@ -75,8 +82,9 @@ class Worker:
                  data_dir: Path | None = None, params: Mapping[str, Any] | None = None,
                  traceparent: str | None = None, connect_timeout: float = 30.0) -> None:
         self.nats_url = nats_url
-        self.study, self.job, self.site, self.role = study, job, site, role
-        self.rank, self.attempt = rank, attempt
+        self.study = study
+        self.ref = WorkerRef(job=job, site=site, role=role, rank=rank, attempt=attempt)
+        """Which worker attempt this is (`job`, `site`, `role`, `rank`, `attempt` read it)."""
         self.workdir = workdir or Path.cwd()
         self.data_dir = data_dir or self.workdir / "data"
         self.params: dict[str, Any] = dict(params or {})
@@ -88,6 +96,26 @@ class Worker:
         self.exits_changed = asyncio.Event()
         self.deployments: list[Deployment] = []
         self._exit_sub: Any = None
+
+    @property
+    def job(self) -> str:
+        return self.ref.job
+
+    @property
+    def site(self) -> str:
+        return self.ref.site
+
+    @property
+    def role(self) -> str:
+        return self.ref.role
+
+    @property
+    def rank(self) -> int:
+        return self.ref.rank
+
+    @property
+    def attempt(self) -> int:
+        return self.ref.attempt
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Worker:
@@ -182,9 +210,9 @@ class Worker:
 
     # -- events --------------------------------------------------------------------------
 
-    def _who(self) -> dict[str, Any]:
-        return {**stamp(), "source": f"worker@{self.site}", "study": self.study,
-                "job": self.job, "site": self.site, "role": self.role, "rank": self.rank}
+    def _who(self) -> ReportStart:
+        return {**event_envelope(f"worker@{self.site}", study=self.study),
+                **self.ref.report_fields()}
 
     async def progress(self, step: int | None = None, total: int | None = None,
                        message: str = "") -> None:

@@ -1,4 +1,4 @@
-"""A process worker's working directory, environment and command line.
+"""A process worker's working directory and command line (its environment: `_env.py`).
 
 Layout of `<site workdir>/workers/<launch id, '/' -> '_'>/`:
 
@@ -171,12 +171,6 @@ def read_file(path: str | Path, offset: int = 0, size: int = 1024 * 1024) -> byt
     return read_under(p.parent, p.name, offset, size)
 
 
-def secret_file_env(spec: LaunchSpec, folder: str) -> dict[str, str]:
-    """What the worker learns of its secrets: `<NAME>_FILE`, the path of each value's file
-    as the worker sees it; never the value (so never in `ps e`, `docker inspect`, a pod)."""
-    return {f"{name}_FILE": f"{folder}/{name}" for name in spec.secret_env}
-
-
 def prepare_workdir(spec: LaunchSpec, root: Path, *, secrets: bool = False,
                     owner: int | None = None) -> Path:
     """Make the working directory: code copied in, datasets linked, and (with `secrets`) the
@@ -232,38 +226,6 @@ def _give(workdir: Path, uid: int) -> None:
     for kept in (workdir / CONTROL_DIR, workdir):
         os.lchown(kept, os.getuid(), uid)
         kept.chmod(0o1770)
-
-
-def base_env(python: str, home: str) -> dict[str, str]:
-    """What every worker's environment starts from (and the warm interpreter's)."""
-    return {
-        # Our interpreter's bin dir first: `python` in an entrypoint is the launcher's Python.
-        "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", os.defpath)]),
-        "HOME": os.environ.get("HOME", home),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "PYTHONUNBUFFERED": "1",  # so worker.log is live, not flushed at exit
-    }
-
-
-def worker_env(spec: LaunchSpec, workdir: Path, python: str, *,
-               secret_files: bool = False) -> dict[str, str]:
-    """The worker's whole environment: nothing of the launcher's leaks but PATH, HOME, LANG.
-
-    Later layers win, and the contract comes last so that a study env can never shadow
-    `CAIRN_*` or hide GPUs; the backend's own facts (real paths, granted GPUs) win over all.
-    """
-    env = base_env(python, home=str(workdir))
-    env.update(spec.study_env)
-    # Files (`prepare_workdir(secrets=True)` wrote them): `<NAME>_FILE` names each. Values in
-    # the env are for backends that have not moved to files yet.
-    env.update(secret_file_env(spec, str(secrets_dir(workdir))) if secret_files
-               else spec.secret_env)
-    env.update(spec.env)
-    env["CAIRN_WORKDIR"] = str(workdir)
-    env["CAIRN_DATA"] = str(data_dir(workdir))
-    # Empty, not unset: an unset variable means "every GPU" to CUDA.
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
-    return env
 
 
 def split_entrypoint(entrypoint: str | list[str]) -> list[str]:

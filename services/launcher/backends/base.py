@@ -17,7 +17,7 @@ import msgspec
 
 from cairn.errors import InvalidInput
 from cairn.events.launch import DatasetMount
-from cairn.state.launch import make_launch_id
+from cairn.events.workerref import WorkerLaunch, make_launch_id
 
 __all__ = [
     "BACKENDS",
@@ -58,17 +58,13 @@ ExitCause = Literal["crashed", "oom", "timeout", "cancelled", "launch-failed", "
                     "unschedulable", "allocation-mismatch", "image-not-approved", "site-policy"]
 
 
-class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
+class LaunchSpec(WorkerLaunch, frozen=True, kw_only=True):
     """Everything a backend needs to start one worker; secrets already resolved.
 
+    Its key (`WorkerLaunch`): the launch id (the idempotency key and the workdir name), the
+    study, and the worker's job, site (this one), role, rank and attempt.
+
     Attributes:
-        launch_id: `make_launch_id(...)`; the idempotency key and the workdir name.
-        job: Job id.
-        study: Study the job belongs to.
-        site: This site.
-        role: Role name (`server`, `client`, ...).
-        rank: Rank within the role at this site.
-        attempt: Attempt number, from 0.
         entrypoint: A command string (split with `shlex`, no shell) or an argv list.
             `python` resolves to the interpreter running the launcher.
         code_dir: An unpacked code bundle; it becomes the top level of the working directory.
@@ -97,13 +93,6 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
             site runs it all the same, and refuses every other study.
     """
 
-    launch_id: str
-    job: str
-    study: str
-    site: str
-    role: str
-    rank: int = 0
-    attempt: int = 0
     entrypoint: str | list[str]
     code_dir: str
     env: dict[str, str] = {}

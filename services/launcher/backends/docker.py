@@ -50,6 +50,7 @@ from cairn import tracespool
 from cairn.errors import Conflict, InvalidInput
 from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._docker_image import approved_image
+from cairn.launcher.backends._env import GpuIds, WorkerPlatform, worker_environment
 from cairn.launcher.backends._exitcause import Observed, classify
 from cairn.launcher.backends._watching import (
     already_known,
@@ -69,7 +70,6 @@ from cairn.launcher.backends._workdir import (
     read_chunk,
     read_tail,
     remove_secrets,
-    secret_file_env,
     split_entrypoint,
     write_secrets,
 )
@@ -79,7 +79,6 @@ from cairn.launcher.backends.base import (
     LaunchHandle,
     LaunchSpec,
     WorkerExit,
-    allocation_env,
 )
 from cairn.launcher.backends.errors import LaunchFailed
 from cairn.worker.allocation import MISMATCH_EXIT
@@ -256,8 +255,7 @@ class DockerBackend:
                 raise LaunchFailed(f"cannot write the worker's secrets in {folder}: "
                                    f"{exc.strerror}") from exc
             volumes[str(folder)] = {"bind": SECRETS, "mode": "ro"}
-        environment = _env(spec)
-        environment.update(allocation_env(spec, cpus))
+        environment = _env(spec, cpus)
         options: dict[str, Any] = {
             "name": container_name(spec.launch_id), "entrypoint": argv, "working_dir": WORKDIR,
             "environment": environment, "volumes": volumes, "detach": True,
@@ -381,23 +379,11 @@ class DockerBackend:
             self.client.containers.get(container_id).remove(force=True)
 
 
-def _env(spec: LaunchSpec) -> dict[str, str]:
-    """The container's environment: the study's, where the secrets are, then the contract
-    (which wins). Secret values are files (`/cairn/secrets`), never here."""
-    env = {"PYTHONUNBUFFERED": "1"}
-    env.update(spec.study_env)
-    env.update(secret_file_env(spec, SECRETS))
-    env.update(spec.env)
-    env["CAIRN_WORKDIR"] = WORKDIR
-    env["CAIRN_DATA"] = DATA
-    env.pop(tracespool.SPOOL_ENV, None)
-    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        # The launcher sends the worker's spans (the collector's address may mean nothing
-        # inside the container): see cairn.tracespool.
-        env[tracespool.SPOOL_ENV] = f"{WORKDIR}/{tracespool.SPOOL_NAME}"
-    if spec.gpus:  # the runtime exposes only those, renumbered: host ids would not exist
-        env.pop("CUDA_VISIBLE_DEVICES", None)
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""  # empty, not unset: unset means every GPU to CUDA
-    return env
-
+def _env(spec: LaunchSpec, cpus: list[int]) -> dict[str, str]:
+    """The container's environment: its image's, then the worker's (`_env.py`). Paths are
+    the container's; secret values are files (`/cairn/secrets`), never here; the runtime
+    exposes the granted GPUs only; the launcher sends the worker's spans (the collector's
+    address may mean nothing inside the container: see cairn.tracespool)."""
+    return worker_environment(spec, WorkerPlatform(
+        workdir=WORKDIR, data=DATA, secrets=SECRETS, gpu_ids=GpuIds.RUNTIME, cpus=cpus,
+        spool=f"{WORKDIR}/{tracespool.SPOOL_NAME}"))

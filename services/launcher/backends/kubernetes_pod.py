@@ -27,7 +27,8 @@ import re
 from typing import Any
 
 from cairn.errors import InvalidInput
-from cairn.launcher.backends.base import LaunchHandle, LaunchSpec, allocation_env
+from cairn.launcher.backends._env import GpuIds, WorkerPlatform, worker_environment
+from cairn.launcher.backends.base import LaunchHandle, LaunchSpec
 from cairn.spec.runtime import KubernetesSettings
 from cairn.spec.site import KubernetesCluster
 
@@ -94,23 +95,11 @@ def quantity_cpu(millicpus: int) -> str:
 
 
 def worker_env(spec: LaunchSpec) -> list[dict[str, str]]:
-    """The study's env, then the worker contract (which wins); never a secret value."""
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
-    env.update(spec.study_env)
-    env.update(spec.env)
-    env["CAIRN_WORKDIR"] = WORKDIR
-    env["CAIRN_DATA"] = DATA
-    # Each secret is a file; the worker learns only its path (`<NAME>_FILE`), as everywhere.
-    env.update({f"{name}_FILE": f"{SECRETS}/{name}"
-                for name in sorted({*spec.secret_refs, *spec.secret_env})})
-    # What the worker proves it got before the job's code runs. The device plugin picks the
-    # GPUs, so only their count is known here (as on Slurm); no CPU is pinned by id.
-    env.update(allocation_env(spec, [], gpu_ids=[]))
-    if not spec.gpus_asked:
-        # With the NVIDIA runtime as a node's default, a container that asks for no GPU
-        # still sees every GPU its image's NVIDIA_VISIBLE_DEVICES names (CUDA images say
-        # "all"). With GPUs, the device plugin sets it to the granted ones.
-        env["NVIDIA_VISIBLE_DEVICES"] = "void"
+    """The worker's environment (`_env.py`), never a secret value: the container's paths;
+    the device plugin picks the GPUs (only their count is known here, as on Slurm); no CPU
+    is pinned by id; the worker exports its spans itself."""
+    env = worker_environment(spec, WorkerPlatform(
+        workdir=WORKDIR, data=DATA, secrets=SECRETS, gpu_ids=GpuIds.PLATFORM))
     return [{"name": key, "value": value} for key, value in env.items()]
 
 

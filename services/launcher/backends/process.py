@@ -40,6 +40,7 @@ from cairn import tracespool
 from cairn.errors import InvalidInput
 from cairn.launcher.backends import _proc
 from cairn.launcher.backends._cpus import pick_cpus
+from cairn.launcher.backends._env import GpuIds, WorkerPlatform, host_start_env, worker_environment
 from cairn.launcher.backends._exitcause import Observed, classify
 from cairn.launcher.backends._isolation import Isolation, choose, prepare_isolated
 from cairn.launcher.backends._memlimit import (
@@ -65,7 +66,7 @@ from cairn.launcher.backends._watching import (
 )
 from cairn.launcher.backends._workdir import (
     LOG_NAME,
-    base_env,
+    data_dir,
     dir_name,
     read_allocation_mismatch,
     read_chunk,
@@ -74,14 +75,12 @@ from cairn.launcher.backends._workdir import (
     secrets_dir,
     take_back,
     worker_argv,
-    worker_env,
 )
 from cairn.launcher.backends.base import (
     Capability,
     LaunchHandle,
     LaunchSpec,
     WorkerExit,
-    allocation_env,
 )
 from cairn.worker.allocation import MISMATCH_EXIT
 
@@ -171,7 +170,7 @@ class ProcessBackend:
         self._uids = UidPool(self.isolation.uids) if self.isolation.uids else None
         self._zygote = (
             # The endpoint tells the zygote to preload the tracing SDK (see _zygote.py).
-            Zygote(self.python, {**base_env(self.python, home=str(self.root)),
+            Zygote(self.python, {**host_start_env(self.python, home=str(self.root)),
                                  **{k: v for k in ("OTEL_EXPORTER_OTLP_ENDPOINT",)
                                     if (v := os.environ.get(k))}})
             if warm and enabled_by_env()
@@ -194,12 +193,14 @@ class ProcessBackend:
             prepare_isolated, self.isolation, self._uids, spec, self.root)
         limit = MemoryLimit(mechanism="none")
         try:
-            env = worker_env(spec, workdir, self.python, secret_files=True)
-            env.update(allocation_env(spec, cpus))
-            if self.isolation.isolated:
-                env["HOME"] = str(workdir)  # the launcher's own is not the job's business
-            if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-                env[tracespool.SPOOL_ENV] = str(tracespool.spool_path(workdir))
+            # A host process sees the host's paths and GPUs; the launcher forwards its spans.
+            env = worker_environment(spec, WorkerPlatform(
+                workdir=str(workdir), data=str(data_dir(workdir)),
+                secrets=str(secrets_dir(workdir)), gpu_ids=GpuIds.HOST,
+                start=host_start_env(self.python, home=str(workdir)), cpus=cpus,
+                spool=str(tracespool.spool_path(workdir)),
+                # The launcher's own HOME is not the job's business.
+                facts={"HOME": str(workdir)} if self.isolation.isolated else {}))
             argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
             limit = await asyncio.to_thread(
                 apply_memory_limit,

@@ -32,6 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from cairn.errors import CairnError, InvalidInput
+from cairn.launcher.backends._env import (
+    GpuIds,
+    WorkerPlatform,
+    host_start_env,
+    worker_environment,
+)
 from cairn.launcher.backends._watching import (
     already_known,
     find_watch,
@@ -42,12 +48,12 @@ from cairn.launcher.backends._watching import (
 from cairn.launcher.backends._workdir import (
     CONTROL_DIR,
     LOG_NAME,
+    data_dir,
     prepare_workdir,
     read_chunk,
     remove_secrets,
     secrets_dir,
     split_entrypoint,
-    worker_env,
 )
 from cairn.launcher.backends.base import (
     Capability,
@@ -55,7 +61,6 @@ from cairn.launcher.backends.base import (
     LaunchHandle,
     LaunchSpec,
     WorkerExit,
-    allocation_env,
 )
 from cairn.launcher.backends.slurm.cli import CliDriver
 from cairn.launcher.backends.slurm.driver import SlurmDriver, SlurmUnavailable
@@ -137,11 +142,12 @@ class SlurmBackend:
         argv = split_entrypoint(spec.entrypoint)
         workdir = await asyncio.to_thread(prepare_workdir, spec, self.root, secrets=True)
         try:
-            env = worker_env(spec, workdir, sys.executable, secret_files=True)
-            # Slurm sets it for the GPUs it allocates; the script makes it empty otherwise.
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-            # Slurm picks the devices: the worker checks their count (gpu_ids empty).
-            env.update(allocation_env(spec, [], gpu_ids=[]))
+            # A batch job runs on the cluster's nodes with the site's paths; Slurm picks its
+            # GPUs (and sets CUDA_VISIBLE_DEVICES for them); it exports its spans itself.
+            env = worker_environment(spec, WorkerPlatform(
+                workdir=str(workdir), data=str(data_dir(workdir)),
+                secrets=str(secrets_dir(workdir)), gpu_ids=GpuIds.PLATFORM,
+                start=host_start_env(sys.executable, home=str(workdir))))
             request = build_request(spec, argv, env, str(workdir), str(workdir / LOG_NAME))
             script = workdir / CONTROL_DIR / SCRIPT_NAME
             await asyncio.to_thread(_write_script, script, request.script)
