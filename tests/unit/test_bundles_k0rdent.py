@@ -54,6 +54,9 @@ def problems(doc: dict[str, Any]) -> list[str]:
         helm = doc["spec"].get("helm", {})
         if len([k for k in ("chartSpec", "chartRef", "chartSource") if k in helm]) != 1:
             found.append("spec.helm: exactly one of chartSpec, chartRef, chartSource")
+    if doc["kind"] == "HelmRepository" and \
+            doc["spec"]["url"].startswith("oci://") != (doc["spec"].get("type") == "oci"):
+        found.append("spec.type: an oci:// URL needs type oci (source-controller's rule)")
     if doc["kind"] == "ServiceTemplateChain":  # TemplateChainSpec.IsValid
         supported = {t["name"] for t in doc["spec"].get("supportedTemplates", [])}
         for template in doc["spec"].get("supportedTemplates", []):

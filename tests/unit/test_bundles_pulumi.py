@@ -9,6 +9,8 @@ and digest. One process runs them all: each run gets a fresh mock monitor and ro
 
 from __future__ import annotations
 
+import hashlib
+import json
 import runpy
 import sys
 from dataclasses import dataclass
@@ -165,6 +167,28 @@ def test_every_kubernetes_recipe_registers_the_helm_bundles_releases_in_order(
             _check(catalog, name, tmp_path / name)
             checked += 1
     assert checked >= 30
+
+
+def test_the_digest_is_the_documented_sha256_the_same_for_every_deployer(
+        tmp_path: Path) -> None:
+    """sha256 of the canonical JSON of {recipe, components} as bundle.yaml lists them."""
+    catalog = load_catalog(RECIPES)
+    digests = set()
+    for deployer in ("helm", "pulumi", "k0rdent"):
+        root = tmp_path / deployer
+        write_bundle(render_files(plan_bundle(catalog, INFERENCE, deployer)), root)
+        manifest = yaml.safe_load((root / "bundle.yaml").read_text())
+        canonical = json.dumps({"components": manifest["components"],
+                                "recipe": manifest["recipe"]},
+                               sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digests.add("sha256:" + hashlib.sha256(canonical.encode()).hexdigest())
+    (digest,) = digests
+    _, outputs = run_program(tmp_path / "pulumi")
+    assert outputs["digest"] == digest
+    mcs = yaml.safe_load((tmp_path / "k0rdent" / "multiclusterservice.yaml").read_text())
+    assert mcs["metadata"]["annotations"]["cairn.dev/recipe-digest"] == digest
+    changed = plan_bundle(catalog, INFERENCE, "pulumi", sets=["gpu-operator.x=1"])
+    assert recipe_digest(changed.manifest) != digest
 
 
 def test_the_kubeconfig_config_key_gives_every_release_its_provider(tmp_path: Path) -> None:
