@@ -152,12 +152,11 @@ def matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
         return False
     for expression in selector.get("matchExpressions", []):
-        key, operator, values = expression["key"], expression["operator"], \
-            expression.get("values", [])
-        if not {"In": lambda: labels.get(key) in values,
-                "NotIn": lambda: labels.get(key) not in values,
-                "Exists": lambda: key in labels,
-                "DoesNotExist": lambda: key not in labels}[operator]():
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values", [])
+        holds = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+                 "Exists": key in labels, "DoesNotExist": key not in labels}[operator]
+        if not holds:
             return False
     return True
 
