@@ -239,6 +239,16 @@ def test_upgrade_from_makes_chains_that_lead_from_the_running_templates(
     code, out, _ = cairn(capsys, "bundle", "diff", str(old), str(new), "-o", "json")
     assert ("gpu-operator", "no-upgrade-path") not in {
         (r["component"], r["risk"]) for r in yaml.safe_load(out)["risks"]}
+    # Not a bundle, or a malformed one: one line, its exit code, nothing written.
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bundle.yaml").write_text("format: x\n")
+    for given, code_expected, message in ((tmp_path / "none", 4, "no such bundle directory"),
+                                          (tmp_path, 4, "not a Cairn bundle"),
+                                          (tmp_path / "bad", 3, "bundle.yaml:1: recipe")):
+        code, _, err = cairn(capsys, "bundle", "--recipe", TRAINING, "--deployer", "k0rdent",
+                             "--upgrade-from", str(given), "--out", str(tmp_path / "o"))
+        assert code == code_expected and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
 
 
 def test_diff_puts_a_changed_selector_first(capsys: pytest.CaptureFixture[str],
