@@ -26,8 +26,9 @@ NAMESPACE = "kcm-system"
 MANAGED = {"k0rdent.mirantis.com/managed": "true"}
 
 
-def _labels(recipe: str) -> dict[str, str]:
-    return {"app.kubernetes.io/managed-by": "cairn", "cairn.dev/recipe": slug(recipe)}
+SHARED_LABELS = {"app.kubernetes.io/managed-by": "cairn"}
+"""Sources, templates and chains are named by content, so two recipes with the same chart at
+the same version share them: they carry no recipe label for the two to fight over."""
 
 
 def source_name(repo: Repository) -> str:
@@ -44,7 +45,7 @@ def chain_name(component: PlannedComponent, target: K0rdentTarget) -> str:
     return slug(f"{component.name}-{start}-to-{component.version}", limit=253)
 
 
-def helm_repository(repo: Repository, recipe: str) -> dict[str, Any]:
+def helm_repository(repo: Repository) -> dict[str, Any]:
     spec: dict[str, Any] = {"interval": "1h", "url": repo.url, "timeout": "2m"}
     if repo.is_oci:
         spec["type"] = "oci"
@@ -52,18 +53,17 @@ def helm_repository(repo: Repository, recipe: str) -> dict[str, Any]:
         "apiVersion": "source.toolkit.fluxcd.io/v1",
         "kind": "HelmRepository",
         "metadata": {"name": source_name(repo), "namespace": NAMESPACE,
-                     "labels": {**_labels(recipe), **MANAGED}},
+                     "labels": {**SHARED_LABELS, **MANAGED}},
         "spec": spec,
     }
 
 
-def service_template(component: PlannedComponent, repo: Repository,
-                     recipe: str) -> dict[str, Any]:
+def service_template(component: PlannedComponent, repo: Repository) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "ServiceTemplate",
         "metadata": {"name": template_name(component), "namespace": NAMESPACE,
-                     "labels": _labels(recipe),
+                     "labels": SHARED_LABELS,
                      "annotations": {"cairn.dev/chart": component.chart}},
         "spec": {"helm": {"chartSpec": {
             "chart": component.chart_name,
@@ -74,8 +74,8 @@ def service_template(component: PlannedComponent, repo: Repository,
     }
 
 
-def service_template_chain(component: PlannedComponent, target: K0rdentTarget,
-                           recipe: str) -> dict[str, Any]:
+def service_template_chain(component: PlannedComponent,
+                           target: K0rdentTarget) -> dict[str, Any]:
     current = template_name(component)
     supported: list[dict[str, Any]] = []
     old = target.upgrade_from.get(component.name)
@@ -86,7 +86,7 @@ def service_template_chain(component: PlannedComponent, target: K0rdentTarget,
         "apiVersion": API_VERSION,
         "kind": "ServiceTemplateChain",
         "metadata": {"name": chain_name(component, target), "namespace": NAMESPACE,
-                     "labels": _labels(recipe)},
+                     "labels": SHARED_LABELS},
         "spec": {"supportedTemplates": supported},
     }
 
@@ -117,7 +117,8 @@ def multi_cluster_service(manifest: BundleManifest, target: K0rdentTarget,
     return {
         "apiVersion": API_VERSION,
         "kind": "MultiClusterService",
-        "metadata": {"name": mcs_name(manifest), "labels": _labels(manifest.recipe),
+        "metadata": {"name": mcs_name(manifest),
+                     "labels": {**SHARED_LABELS, "cairn.dev/recipe": slug(manifest.recipe)},
                      "annotations": {"cairn.dev/recipe-digest": digest}},
         "spec": {
             "clusterSelector": {"matchLabels": dict(target.cluster_selector)},
@@ -141,12 +142,12 @@ def render(manifest: BundleManifest, digest: str) -> dict[str, str]:
     files: dict[str, str] = {}
     for repo in repos.values():
         files[f"sources/{source_name(repo)}.yaml"] = dump_yaml(
-            helm_repository(repo, manifest.recipe), GENERATED)
+            helm_repository(repo), GENERATED)
     for c in manifest.components:
         files[f"templates/{c.name}.yaml"] = dump_yaml(
-            service_template(c, repos[c.repository], manifest.recipe), GENERATED)
+            service_template(c, repos[c.repository]), GENERATED)
         files[f"chains/{c.name}.yaml"] = dump_yaml(
-            service_template_chain(c, target, manifest.recipe), GENERATED)
+            service_template_chain(c, target), GENERATED)
     files["multiclusterservice.yaml"] = dump_yaml(
         multi_cluster_service(manifest, target, digest), GENERATED)
     return files
@@ -157,7 +158,6 @@ def commands(manifest: BundleManifest) -> list[str]:
     target = manifest.k0rdent
     selector = target.cluster_selector if target else {}
     labels = " ".join(f"{k}={v}" for k, v in selector.items())
-    recipe = slug(manifest.recipe)
     return [
         "## Deploy", "",
         "Needs a k0rdent management cluster (kcm 1.x, API `k0rdent.mirantis.com/v1beta1`) and",
@@ -165,8 +165,7 @@ def commands(manifest: BundleManifest) -> list[str]:
         "the templates to be valid before the MultiClusterService refers to them:", "",
         "```sh",
         "kubectl apply -f sources/ -f templates/",
-        f"kubectl wait -n {NAMESPACE} servicetemplate -l cairn.dev/recipe={recipe} \\",
-        "    --for=jsonpath='{.status.valid}'=true --timeout=10m",
+        "kubectl wait -f templates/ --for=jsonpath='{.status.valid}'=true --timeout=10m",
         "kubectl apply -f chains/ -f multiclusterservice.yaml",
         "```", "",
         "Every cluster whose labels match the selector gets the components above, in order",
