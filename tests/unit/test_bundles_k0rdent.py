@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from cairn.bundles import plan_bundle, render_files
-from cairn.bundles.k0rdent_target import criteria_labels
-from cairn.recipes import load_catalog, resolve
+from cairn.bundles.k0rdent_target import criteria_labels, k0rdent_target
+from cairn.errors import InvalidInput
+from cairn.recipes import Criteria, load_catalog, resolve
 from tests.unit.bundles_support import INFERENCE, RECIPES, TRAINING, cairn, objects, render
 from tests.unit.test_bundles_schemas import CRDS, _closed
 
@@ -278,3 +279,12 @@ def test_explain_and_verify_work_on_k0rdent_and_pulumi_bundles(
         code, out, _ = cairn(capsys, "bundle", "verify", str(root))
         assert code == 9 and f"changed: {edited.name}" in out
         shutil.rmtree(root)
+
+
+def test_a_recipe_of_wildcards_needs_a_selector_given() -> None:
+    """An empty selector deploys nowhere in kcm: refused, unless labels are given."""
+    with pytest.raises(InvalidInput, match="--cluster-selector KEY=VALUE"):
+        k0rdent_target(Criteria(), [])
+    assert k0rdent_target(Criteria(), [], {"fleet": "a"}).cluster_selector == {"fleet": "a"}
+    with pytest.raises(InvalidInput, match="from the recipe's criteria"):
+        k0rdent_target(Criteria(accelerator="h100 sxm"), [])

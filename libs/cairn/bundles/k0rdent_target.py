@@ -78,13 +78,13 @@ def k0rdent_target(criteria: Criteria, components: Sequence[PlannedComponent],
     """The selector (given, or from the criteria) and each component's upgrade start.
 
     Raises:
-        InvalidInput: the selector would be empty (it would select every cluster), or a
+        InvalidInput: the selector would be empty (kcm deploys it to no cluster), or a
             criteria value is not a valid label value.
     """
     labels = dict(selector) if selector else criteria_labels(criteria)
     if not labels:
-        raise InvalidInput("the recipe's criteria are all wildcards, so the "
-                           "MultiClusterService would select every cluster; give "
+        raise InvalidInput("the recipe's criteria are all wildcards, so they name no "
+                           "cluster label (kcm deploys an empty selector nowhere); give "
                            "--cluster-selector KEY=VALUE", field="--cluster-selector")
     for key, value in labels.items():
         problem = label_problem(key, value)
