@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
 
+from tools._compat_rules import read_git_folder  # noqa: E402
 from tools.export_schemas import generate, is_generated  # noqa: E402
 
 _ANNOTATIONS = frozenset({"default", "description", "title", "examples", "$comment"})
@@ -176,6 +176,32 @@ def incompatibilities(baseline: dict[str, str], candidate: dict[str, str]) -> li
     return problems
 
 
+def value_incompatibilities(label: str, baseline: dict[str, Any],
+                            candidate: dict[str, Any]) -> list[str]:
+    """What in the schema `candidate` breaks a reader of `baseline`, by the rules above, for a
+    schema of any value: a Struct, a list or map of them, a union (the `-o json` output of a
+    command, a file's format). One line per problem, naming `label` and the field."""
+    bdefs, ndefs = baseline.get("$defs", {}), candidate.get("$defs", {})
+    if "$ref" in baseline and "$ref" in candidate and _is_struct(bdefs, _def_name(baseline)) \
+            and _is_struct(ndefs, _def_name(candidate)):
+        bname, nname = _def_name(baseline), _def_name(candidate)
+        return _compare_struct(label, "", bdefs[bname], bdefs, ndefs[nname], ndefs,
+                               {(bname, nname)})
+    # The value itself, without the definitions it refers to (compared Struct by Struct).
+    btop = {k: v for k, v in baseline.items() if k not in ("$defs", "$schema")}
+    ntop = {k: v for k, v in candidate.items() if k not in ("$defs", "$schema")}
+    before, after = _shape(btop, bdefs), _shape(ntop, ndefs)
+    if before != after:
+        return [f"INCOMPATIBLE {label}: changed type from {_describe(before)} to "
+                f"{_describe(after)}"]
+    problems, seen = [], set()
+    for bref, nref in zip(_struct_refs(btop, bdefs), _struct_refs(ntop, ndefs), strict=True):
+        if (bref, nref) not in seen:
+            seen.add((bref, nref))
+            problems += _compare_struct(label, "", bdefs[bref], bdefs, ndefs[nref], ndefs, seen)
+    return problems
+
+
 def check(folder: Path, label: str) -> tuple[int, list[str]]:
     """(exit code, lines to print) for the committed `folder` against the code."""
     baseline, candidate = read_tree(folder), generate()
@@ -202,20 +228,7 @@ def read_revision(repo: Path, rev: str) -> dict[str, str]:
     Raises:
         LookupError: not a repository, an unknown revision, or no `schemas/` there.
     """
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              text=True, check=False)
-        if done.returncode != 0:
-            raise LookupError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
-                              else f"git {' '.join(args)} failed")
-        return done.stdout
-
-    commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
-    names = git("ls-tree", "-r", "--name-only", commit, "--", "schemas/").splitlines()
-    files = {name[len("schemas/"):]: name for name in names if is_generated(name[len("schemas/"):])}
-    if not files:
-        raise LookupError(f"{rev} has no schemas/")
-    return {rel: git("show", f"{commit}:{path}") for rel, path in files.items()}
+    return read_git_folder(repo, rev, "schemas", is_generated)
 
 
 BASELINE = REPO / "schemas" / "baseline"
