@@ -125,6 +125,15 @@ def verdict(problems: list[str], baseline_version: str, current_version: str,
                "docs/compatibility.md"]
 
 
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=False, timeout=60)
+    if done.returncode != 0:
+        raise LookupError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
+                          else f"git {' '.join(args)} failed")
+    return done.stdout
+
+
 def read_git_folder(repo: Path, rev: str, folder: str,
                     keep: Callable[[str], bool]) -> dict[str, str]:
     """The files under `folder/` as committed at `rev` in the git repository `repo`, by path
@@ -133,18 +142,18 @@ def read_git_folder(repo: Path, rev: str, folder: str,
     Raises:
         LookupError: not a repository, an unknown revision, or no such files there.
     """
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              text=True, check=False, timeout=60)
-        if done.returncode != 0:
-            raise LookupError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
-                              else f"git {' '.join(args)} failed")
-        return done.stdout
-
     prefix = folder.rstrip("/") + "/"
-    commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
-    names = git("ls-tree", "-r", "--name-only", commit, "--", prefix).splitlines()
+    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    names = _git(repo, "ls-tree", "-r", "--name-only", commit, "--", prefix).splitlines()
     files = {name[len(prefix):]: name for name in names if keep(name[len(prefix):])}
     if not files:
         raise LookupError(f"{rev} has no {prefix}")
-    return {rel: git("show", f"{commit}:{path}") for rel, path in files.items()}
+    return {rel: _git(repo, "show", f"{commit}:{path}") for rel, path in files.items()}
+
+
+def version_at(repo: Path, rev: str) -> str | None:
+    """The version pyproject.toml says at the git revision `rev`, None where it cannot tell."""
+    try:
+        return version_from_pyproject_text(_git(repo, "show", f"{rev}:pyproject.toml"))
+    except (LookupError, KeyError, ValueError, tomllib.TOMLDecodeError):
+        return None

@@ -13,8 +13,10 @@ The committed folder is the baseline, the Structs are the candidate. Exit codes:
 (`schemas/baseline/`, the committed copy of the last release's schemas, which CI checks) or a
 git revision whose committed `schemas/` is taken (a release tag, the branch a change goes
 into). Re-exporting `schemas/` after a breaking change cannot hide it from that check. Only
-incompatibilities fail it (exit 1); new event types and fields are what releases add. Exit 2
-when the folder, the revision or its `schemas/` cannot be read.
+incompatibilities fail it (exit 1); new event types and fields are what releases add. An
+incompatibility passes only when this checkout's major version (pyproject.toml) is higher
+than the baseline's release (its README's `(x.y.z)`, or pyproject.toml at the revision):
+docs/compatibility.md. Exit 2 when the folder, the revision or its `schemas/` cannot be read.
 
 Types are compared structurally: annotations (defaults, docs, titles) never break readers,
 and a nested Struct is compared field by field, so a renamed class is not a type change.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +36,12 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
 
-from tools._compat_rules import read_git_folder  # noqa: E402
+from tools._compat_rules import (  # noqa: E402
+    project_version,
+    read_git_folder,
+    verdict,
+    version_at,
+)
 from tools.export_schemas import generate, is_generated  # noqa: E402
 
 _ANNOTATIONS = frozenset({"default", "description", "title", "examples", "$comment"})
@@ -261,8 +269,25 @@ def check_against(repo: Path, rev: str) -> tuple[int, list[str]]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return 2, [f"cannot read {label}: a schema is malformed ({type(exc).__name__}: {exc})"]
     if problems:
-        return 1, problems
+        version = baseline_version(folder) if folder.is_dir() else version_at(repo, rev)
+        if version is None:  # a baseline that does not say its release permits nothing
+            return 1, problems
+        return verdict(problems, version, project_version(), label)
     return 0, [f"compatible with {label} ({len(_events(baseline))} event types)"]
+
+
+_RELEASE = re.compile(r"\((\d+\.\d+\.\d+[^)]*)\)")
+
+
+def baseline_version(folder: Path) -> str | None:
+    """The release a baseline folder was cut from: `(x.y.z)` on its README's first line
+    (`make schemas-baseline RELEASE=x.y.z` writes it), None where it does not say."""
+    try:
+        first = (folder / "README.md").read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+    found = _RELEASE.search(first)
+    return found.group(1) if found else None
 
 
 def main(argv: list[str] | None = None) -> int:
