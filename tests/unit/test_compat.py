@@ -324,3 +324,13 @@ def test_the_schemas_check_permits_a_break_only_with_a_new_major_version(
     monkeypatch.setattr(check_schemas, "project_version", lambda: "1.0.0")
     code, lines = check_schemas.check_against(REPO, str(baseline))
     assert code == 0 and "breaking change(s) permitted" in lines[0]
+
+
+def test_json_that_is_not_the_declared_output_fails_the_test_that_ran_it() -> None:
+    from tests.output_contract import check_json_output, declared_output
+
+    assert declared_output(["job", "show", "j-1", "--study", "s"]) is JobState
+    assert declared_output(["job", "new", "x"]) is None  # untyped: experimental
+    with pytest.raises(AssertionError, match="not its declared output type"):
+        check_json_output(["job", "show", "j-1", "-o", "json"], 0, '[{"job": "j-1"}]')
+    check_json_output(["job", "show", "j-1"], 0, "a table")  # only -o json is held
