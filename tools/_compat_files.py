@@ -6,10 +6,10 @@ Each is described from the code that writes it, never restated:
   kinds and codecs (the envelope's fields are `schemas/data/envelope.json`, held by
   `make check-schemas`), and where a job's files and an object store keep an object's meta
   record and chunks, with the meta record's fields;
-- a bundle per deployer: a reference recipe rendered (signed) for each deployer, every file's
-  path with component and repository names as `{component}` and `{repository}`, and what
-  each file is (the Kubernetes kinds in it, else its format); the manifest's and provenance
-  file's schemas;
+- a bundle per deployer: a reference plan (a chart from an HTTP repository, one from an OCI
+  registry) rendered and signed for each deployer, every file's path with component and
+  repository names as `{component}` and `{repository}`, and what each file is (the
+  Kubernetes kinds in it, else its format); the manifest's and provenance file's schemas;
 - the evidence bundle: a real bundle built and signed, the same way.
 """
 
@@ -29,9 +29,10 @@ from cairn import subjects
 from cairn.bundles import (
     DEPLOYERS,
     BundleManifest,
+    BundlePlan,
     GitTarget,
+    PlannedComponent,
     ProvenanceFile,
-    plan_bundle,
     render_files,
 )
 from cairn.bundles.model import BUNDLE_FORMAT
@@ -40,7 +41,6 @@ from cairn.bus import _connection as bus_connection
 from cairn.bus._objects import job_files_layout, meta_record, object_store_layout
 from cairn.evidence import bundle, dsse, statement
 from cairn.evidence.keys import SigningKey
-from cairn.recipes import load_catalog
 from cairn.snapshot import Snapshot, make_snapshot
 from cairn.worker import dataplane
 
@@ -51,9 +51,23 @@ _PLACES = {_STUDY: "{study}", _JOB: "{job}", _ROLE: "{role}", _TOPIC: "{topic}",
            _SITE: "{site}", _DIGEST: "{digest}", _NUID: "{nuid}", _BUCKET: "{bucket}",
            str(_RANK): "{rank}"}
 
-REFERENCE_RECIPE = "h100-eks-ubuntu-training"
-"""Rendered for every deployer: its charts come from HTTP repositories and OCI registries,
-so every kind of file a bundle can hold is written."""
+_HTTP, _OCI = "x-http-component", "x-oci-component"
+
+
+def reference_plan(deployer: str) -> BundlePlan:
+    """A bundle plan with one chart from an HTTP repository and one from an OCI registry, so
+    every kind of file a bundle can hold is written, whatever the catalog's recipes hold."""
+    components = [
+        PlannedComponent(name=_HTTP, chart="x-repo/x-chart", repository="https://x.example/c",
+                         version="1.0.0", namespace="x-ns", values={"x": {"enabled": True}}),
+        PlannedComponent(name=_OCI, chart="x-oci-chart", repository="oci://x.example/charts",
+                         version="2.0.0", namespace="x-ns", dependencies=[_HTTP], wave=1,
+                         values={"y": 1}),
+    ]
+    manifest = BundleManifest(recipe="x-recipe", applied=["overlays/base.yaml"],
+                              deployer=deployer,  # type: ignore[arg-type]
+                              components=components)
+    return BundlePlan(manifest=manifest, provenance=ProvenanceFile(recipe="x-recipe", values=[]))
 
 
 def _unplace(text: str, sep: str = ".") -> str:
@@ -119,23 +133,17 @@ def _what(path: str, data: bytes) -> list[str]:
                                                                                 ["bytes"])
 
 
-def _pattern(path: str, names: Mapping[str, str], kinds: list[str]) -> str:
+def _pattern(path: str, names: Mapping[str, str]) -> str:
     """`path` with the names a rendering chose written as `{component}`, `{repository}`."""
-    parts = path.split("/")
-    stem, dot, ext = parts[-1].partition(".")
-    is_repository = any(k.endswith(("Repository", "/Secret")) for k in kinds)
+    *folders, name = path.split("/")
+    stem, dot, ext = name.partition(".")
     for prefix, suffix in (("", ""), ("repo-", ""), ("", "-oci")):
         inner = stem.removeprefix(prefix).removesuffix(suffix)
-        if not (stem.startswith(prefix) and stem.endswith(suffix)) or inner not in names:
-            continue
-        kind = names[inner]
-        if kind == "both":
-            kind = "repository" if is_repository else "component"
-        stem = f"{prefix}{{{kind}}}{suffix}"
-        break
-    # A folder is a component's (helm: `<component>/Chart.yaml`), whatever else shares its name.
-    parts = ["{component}" if names.get(p) in ("component", "both") else p for p in parts[:-1]]
-    return "/".join([*parts, stem + dot + ext])
+        if stem.startswith(prefix) and stem.endswith(suffix) and inner in names:
+            stem = f"{prefix}{{{names[inner]}}}{suffix}"
+            break
+    folders = [f"{{{names[f]}}}" if f in names else f for f in folders]
+    return "/".join([*folders, stem + dot + ext])
 
 
 def file_layout(files: Mapping[str, bytes], names: Mapping[str, str]) -> dict[str, Any]:
@@ -143,22 +151,21 @@ def file_layout(files: Mapping[str, bytes], names: Mapping[str, str]) -> dict[st
     out: dict[str, dict[str, bool]] = {}
     for path, data in sorted(files.items()):
         kinds = _what(path, data)
-        out.setdefault(_pattern(path, names, kinds), {}).update(_kinds(kinds))
+        out.setdefault(_pattern(path, names), {}).update(_kinds(kinds))
     return {pattern: {"kinds": kinds} for pattern, kinds in sorted(out.items())}
 
 
 def bundle_layouts() -> dict[str, Any]:
-    """Per deployer, the files of a signed bundle of the reference recipe; the schemas of
-    the files `cairn bundle diff` and `explain` read back."""
-    catalog, key = load_catalog(), SigningKey.generate()
+    """Per deployer, the files of a signed bundle of the reference plan; the schemas of the
+    files `cairn bundle diff` and `explain` read back."""
+    key = SigningKey.generate()
     git = GitTarget(repo_url="https://git.example.com/clusters.git", path="clusters/gpu")
     deployers: dict[str, Any] = {}
     for deployer in DEPLOYERS:
-        plan = plan_bundle(catalog, REFERENCE_RECIPE, deployer)  # type: ignore[arg-type]
+        plan = reference_plan(deployer)
         components = list(plan.manifest.components)
-        names: dict[str, str] = {c.name: "component" for c in components}
-        for repo in repositories(components).values():
-            names[repo.alias] = "both" if repo.alias in names else "repository"
+        names = {c.name: "component" for c in components}
+        names.update({r.alias: "repository" for r in repositories(components).values()})
         files = render_files(plan, git, sign_with=key)
         deployers[deployer] = {"files": file_layout(files, names)}
     return {"format": BUNDLE_FORMAT, "deployers": deployers,
