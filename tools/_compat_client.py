@@ -13,6 +13,8 @@ a changed annotation is reported, since a caller's types may no longer check.
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from types import ModuleType
 from typing import Any, ForwardRef
 
@@ -110,6 +112,13 @@ def _class(cls: type[Any]) -> dict[str, Any]:
     return out
 
 
+def _alias(obj: Any) -> dict[str, Any]:
+    """A type alias: a Literal's values as keys (a new value is an addition), else its text."""
+    if typing.get_origin(obj) is typing.Literal:
+        return {"kind": "type alias", "literal": {str(v): True for v in typing.get_args(obj)}}
+    return {"kind": "type alias", "value": _text(obj) or str(obj)}
+
+
 def describe(module: ModuleType) -> dict[str, Any]:
     """Every name in `module.__all__` with what a caller relies on.
 
@@ -124,7 +133,9 @@ def describe(module: ModuleType) -> dict[str, Any]:
         if not hasattr(module, name):
             raise ValueError(f"{module.__name__}.__all__ names {name!r}, which is not there")
         obj = getattr(module, name)
-        if inspect.isclass(obj):
+        if typing.get_origin(obj) is not None or isinstance(obj, types.UnionType):
+            out[name] = _alias(obj)
+        elif inspect.isclass(obj):
             out[name] = _class(obj)
         elif callable(obj):
             out[name] = _function(obj)
