@@ -164,7 +164,11 @@ def json_outputs(cli: click.Group) -> dict[str, Any]:
             return
         option = _output_option(cmd, ctx)
         if option is not None and option.schema is not None:
-            out[" ".join(path)] = msgspec.json.schema(option.schema)
+            try:
+                out[" ".join(path)] = msgspec.json.schema(option.schema)
+            except TypeError as exc:
+                raise ValueError(f"{' '.join(path)}: output_option(schema={option.schema!r}) "
+                                 f"has no JSON Schema: {exc}") from None
 
     walk(cli, ["cairn"], None)
     return dict(sorted(out.items()))

@@ -15,7 +15,8 @@ policy: docs/compatibility.md). Exit codes:
 - 0: nothing broken (additions are listed as a count: they join the baseline at the next
   `make compat-baseline`), or every break is permitted by a higher major version;
 - 1: a break: one line per problem, naming the surface and what broke;
-- 2: a baseline cannot be read (missing, not JSON, no version).
+- 2: a baseline cannot be read (missing, not JSON, no version), or the code cannot be
+  described (a command declares an output type that has no JSON Schema).
 
 `--against BASELINE` checks against another baseline: a folder, or a git revision whose
 committed `compat/` is taken (a release tag). `--write` (`make compat-baseline`) writes the
@@ -118,10 +119,11 @@ def read_baselines(source: str, repo: Path = REPO) -> dict[str, Description]:
 
 
 def check(source: str, current: dict[str, Description] | None = None,
-          version: str | None = None) -> tuple[int, list[str]]:
-    """(exit code, lines to print) for the code against the baselines in `source`."""
+          version: str | None = None, repo: Path = REPO) -> tuple[int, list[str]]:
+    """(exit code, lines to print) for the code against the baselines in `source`: a folder,
+    or a git revision of `repo`."""
     try:
-        baselines = read_baselines(source)
+        baselines = read_baselines(source, repo)
     except (LookupError, OSError, UnicodeDecodeError) as exc:
         return 2, [f"cannot read the baseline: {exc}"]
     current = generate() if current is None else current
@@ -160,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the baselines from the code (refused while a break is "
                         "not permitted by a new major version)")
     args = parser.parse_args(argv)
-    current, version = generate(), project_version()
+    try:
+        current, version = generate(), project_version()
+    except ValueError as exc:  # a surface that cannot be described (a bad declared type)
+        print(f"cannot describe the code: {exc}")
+        return 2
     if args.write:
         out = Path(args.against)
         if out.is_dir() and any(out.glob("*.json")):

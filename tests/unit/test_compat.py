@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,27 @@ def test_the_cli_check_fails_ci_and_regenerating_cannot_hide_it(
     code, out = run_tool(capsys, "--write", "--against", str(baseline))
     assert code == 1 and "not writing the baselines" in out
     assert json.loads((baseline / "cli.json").read_text()) == doc
+
+
+def test_against_a_release_tag_reads_compat_as_committed_there(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(compat.BASELINES, repo / "compat")
+    doc = json.loads((repo / "compat" / "client.json").read_text())
+    doc["names"]["wait_all"] = {"kind": "function", "async": True, "params": {}}
+    (repo / "compat" / "client.json").write_text(json.dumps(doc))
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                        *args], check=True, capture_output=True, timeout=60)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "release")
+    git("tag", "v0.1.0")
+    code, lines = compat.check("v0.1.0", repo=repo)
+    assert code == 1 and "INCOMPATIBLE client: names / wait_all removed" in lines
+    code, lines = compat.check("v9.9.9", repo=repo)
+    assert code == 2 and lines[0].startswith("cannot read the baseline:")
 
 
 def test_an_unreadable_baseline_is_exit_2(tmp_path: Path,
@@ -348,10 +370,10 @@ def test_the_schemas_check_permits_a_break_only_with_a_new_major_version(
     path = baseline / "events" / "job.queued.json"
     schema = json.loads(path.read_text())
     top = schema["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
-    top["properties"]["priority"] = {"type": "integer"}
+    top["properties"]["x_compat_gone"] = {"type": "integer"}  # a field the code lacks
     path.write_text(json.dumps(schema))
     code, lines = check_schemas.check_against(REPO, str(baseline))
-    assert code == 1 and "INCOMPATIBLE job.queued: field 'priority' removed" in lines
+    assert code == 1 and "INCOMPATIBLE job.queued: field 'x_compat_gone' removed" in lines
     monkeypatch.setattr(check_schemas, "project_version", lambda: "1.0.0")
     code, lines = check_schemas.check_against(REPO, str(baseline))
     assert code == 0 and "breaking change(s) permitted" in lines[0]
