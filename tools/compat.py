@@ -91,8 +91,12 @@ def surface_breaks(surface: str, baseline: Description, current: Description) ->
     return problems
 
 
-def read_baselines(source: str, repo: Path = REPO) -> dict[str, Description]:
+def read_baselines(source: str, repo: Path = REPO,
+                   missing_ok: bool = False) -> dict[str, Description]:
     """Every surface's baseline from a folder, or from `compat/` at a git revision.
+
+    Args:
+        missing_ok: leave out a surface that has no baseline yet (a new surface).
 
     Raises:
         LookupError: a baseline is missing, not JSON, or has no version.
@@ -105,6 +109,8 @@ def read_baselines(source: str, repo: Path = REPO) -> dict[str, Description]:
     out = {}
     for name in SURFACES:
         text = texts.get(f"{name}.json")
+        if text is None and missing_ok:
+            continue
         if text is None:
             raise LookupError(f"{source}: no {name}.json (make compat-baseline writes it)")
         try:
@@ -119,11 +125,12 @@ def read_baselines(source: str, repo: Path = REPO) -> dict[str, Description]:
 
 
 def check(source: str, current: dict[str, Description] | None = None,
-          version: str | None = None, repo: Path = REPO) -> tuple[int, list[str]]:
+          version: str | None = None, repo: Path = REPO,
+          missing_ok: bool = False) -> tuple[int, list[str]]:
     """(exit code, lines to print) for the code against the baselines in `source`: a folder,
     or a git revision of `repo`."""
     try:
-        baselines = read_baselines(source, repo)
+        baselines = read_baselines(source, repo, missing_ok)
     except (LookupError, OSError, UnicodeDecodeError) as exc:
         return 2, [f"cannot read the baseline: {exc}"]
     current = generate() if current is None else current
@@ -170,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         out = Path(args.against)
         if out.is_dir() and any(out.glob("*.json")):
-            code, lines = check(args.against, current, version)
+            # A surface new since the last baseline has none to hold it to yet.
+            code, lines = check(args.against, current, version, missing_ok=True)
             if code != 0:
                 for line in lines:
                     print(line)

@@ -201,6 +201,18 @@ def test_against_a_release_tag_reads_compat_as_committed_there(tmp_path: Path) -
     assert code == 2 and lines[0].startswith("cannot read the baseline:")
 
 
+def test_a_new_surface_gets_its_first_baseline(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = tmp_path / "compat"
+    shutil.copytree(compat.BASELINES, baseline)
+    (baseline / "evidence.json").unlink()  # as if `evidence` were a surface new since then
+    code, out = run_tool(capsys, "--against", str(baseline))
+    assert code == 2 and "no evidence.json" in out
+    code, out = run_tool(capsys, "--write", "--against", str(baseline))
+    assert code == 0, out
+    assert json.loads((baseline / "evidence.json").read_text())["version"] == "0.1.0"
+
+
 def test_an_unreadable_baseline_is_exit_2(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     baseline = tmp_path / "compat"
