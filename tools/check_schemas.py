@@ -37,6 +37,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
 
 from tools._compat_rules import (  # noqa: E402
+    break_permitted,
     project_version,
     read_git_folder,
     verdict,
@@ -270,9 +271,10 @@ def check_against(repo: Path, rev: str) -> tuple[int, list[str]]:
         return 2, [f"cannot read {label}: a schema is malformed ({type(exc).__name__}: {exc})"]
     if problems:
         version = baseline_version(folder) if folder.is_dir() else version_at(repo, rev)
-        if version is None:  # a baseline that does not say its release permits nothing
-            return 1, problems
-        return verdict(problems, version, project_version(), label)
+        # A baseline that does not say its release permits nothing.
+        if version is not None and break_permitted(version, project_version()):
+            return verdict(problems, version, project_version(), label)
+        return 1, problems
     return 0, [f"compatible with {label} ({len(_events(baseline))} event types)"]
 
 
