@@ -21,7 +21,8 @@ policy: docs/compatibility.md). Exit codes:
 `--against BASELINE` checks against another baseline: a folder, or a git revision whose
 committed `compat/` is taken (a release tag). `--write` (`make compat-baseline`) writes the
 baselines from the code, and refuses while a break is not permitted: regenerating cannot
-hide a break.
+hide a break. `--write --force` writes anyway, for what review agreed is no break (a type
+annotation spelled anew reads as a changed one): the diff of compat/ shows what it moved.
 """
 
 from __future__ import annotations
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true",
                         help="write the baselines from the code (refused while a break is "
                         "not permitted by a new major version)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --write: write even over a break; only for what review "
+                        "agreed breaks no one (an annotation spelled anew), never for a break")
     args = parser.parse_args(argv)
     try:
         current, version = generate(), project_version()
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.write:
         out = Path(args.against)
-        if out.is_dir() and any(out.glob("*.json")):
+        if out.is_dir() and any(out.glob("*.json")) and not args.force:
             # A surface new since the last baseline has none to hold it to yet.
             code, lines = check(args.against, current, version, missing_ok=True)
             if code != 0:
