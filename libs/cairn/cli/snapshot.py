@@ -127,7 +127,7 @@ is recorded in the snapshot, never fatal. Exit codes: 0 ok; 3 bad --site or
 
 
 @click.command(help=SNAPSHOT_HELP)
-@output_option()
+@output_option(schema=Snapshot)
 @click.option(
     "--out",
     "out",
@@ -186,7 +186,7 @@ see --no-verify).
     metavar="GLOB",
     help="Leave out paths matching GLOB (repeatable), e.g. 'Memory.info.available-*'.",
 )
-@output_option()
+@output_option(schema=list[Change])
 def diff(a: Path, b: Path, no_verify: bool, ignore: tuple[str, ...], output: str) -> None:
     before, after = _load_checked(a, no_verify), _load_checked(b, no_verify)
     changes = model.diff(before, after, ignore=ignore)

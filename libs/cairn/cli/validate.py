@@ -69,7 +69,7 @@ bus cannot be reached; 8 the run did not complete within --timeout.
 @click.option("--no-fresh", is_flag=True, default=False,
               help="Judge the site's latest recorded snapshot instead of asking for a new one.")
 @session_options
-@output_option()
+@output_option(schema=ValidationResult)
 def validate(site: str, recipe: str, out: Path | None, timeout: float, no_fresh: bool,
              study: str | None, actor: str | None, output: str) -> None:
     check_name(site, "site")
