@@ -35,7 +35,7 @@ from cairn.bundles import (
     ProvenanceFile,
     render_files,
 )
-from cairn.bundles.model import BUNDLE_FORMAT
+from cairn.bundles.model import BUNDLE_FORMAT, K0rdentTarget
 from cairn.bundles.sources import repositories
 from cairn.bus import _connection as bus_connection
 from cairn.bus._objects import job_files_layout, meta_record, object_store_layout
@@ -64,9 +64,12 @@ def reference_plan(deployer: str) -> BundlePlan:
                          version="2.0.0", namespace="x-ns", dependencies=[_HTTP], wave=1,
                          values={"y": 1}),
     ]
+    # A k0rdent bundle also says which clusters it is for (from the criteria, or given).
+    target = (K0rdentTarget(cluster_selector={"cairn.dev/accelerator": "x-gpu"})
+              if deployer == "k0rdent" else None)
     manifest = BundleManifest(recipe="x-recipe", applied=["overlays/base.yaml"],
                               deployer=deployer,  # type: ignore[arg-type]
-                              components=components)
+                              components=components, k0rdent=target)
     return BundlePlan(manifest=manifest, provenance=ProvenanceFile(recipe="x-recipe", values=[]))
 
 
