@@ -172,7 +172,13 @@ def _aicr_constraint(c: Constraint) -> AicrConstraint:
 
 
 def read_recipe_file(path: Path) -> RecipeResult:
-    """A recipe file: AICR's `RecipeResult` or Cairn's resolved recipe (YAML or JSON).
+    """A recipe file as a `RecipeResult` (see `read_recipe_source`)."""
+    return read_recipe_source(path)[0]
+
+
+def read_recipe_source(path: Path) -> tuple[RecipeResult, str]:
+    """A recipe file: AICR's `RecipeResult` or Cairn's resolved recipe (YAML or JSON), and
+    which of the two it was (`"aicr"` or `"cairn"`).
 
     Raises:
         InvalidInput: not a recipe file, a wrong kind or apiVersion, or malformed (naming the
@@ -194,9 +200,9 @@ def read_recipe_file(path: Path) -> RecipeResult:
                                line=doc.line_of(("apiVersion",)), field="apiVersion")
         result = yamlfile.convert(doc, RecipeResult)
         deployment_order(result.component_refs)  # refuses unknown dependencies and cycles
-        return result
+        return result, "aicr"
     if "components" in data and "applied" in data:
-        return result_of(yamlfile.convert(doc, Recipe))
+        return result_of(yamlfile.convert(doc, Recipe)), "cairn"
     raise InvalidInput("not a recipe: no kind: RecipeResult, and not a resolved Cairn recipe "
                        "(name, applied, components)", file=shown)
 
