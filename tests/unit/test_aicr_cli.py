@@ -131,7 +131,8 @@ def test_partial_data_is_layered_on_cairns_catalog(tmp_path: Path) -> None:
     refs = {r["name"]: r for r in doc["componentRefs"]}
     assert refs["site-tools"]["version"] == "1.2.3"
     assert refs["cert-manager"]["source"] == "https://mirror.example/charts"
-    assert "gpu-operator" in refs  # from Cairn's base recipe
+    # gpu-operator comes from Cairn's base recipe, its chart source from the lower registry.
+    assert refs["gpu-operator"]["source"] == "https://helm.ngc.nvidia.com/nvidia"
     assert doc["metadata"]["appliedOverlays"][:2] == ["base", "eks"]
     assert doc["metadata"]["appliedOverlays"][-1] == "eks-site"
 
