@@ -156,3 +156,12 @@ def test_a_mixin_named_by_an_overlay_must_exist(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="unknown mixin 'os-ubuntu'") as err:
         load_aicr_catalog(root)
     assert err.value.file is not None and err.value.file.endswith("h100-eks-ubuntu-training.yaml")
+
+
+def test_the_docs_example_is_the_tested_data(tmp_path: Path) -> None:
+    written = write_small_catalog(tmp_path / "d")
+    example = Path(__file__).resolve().parents[2] / "examples" / "aicr-data"
+    files = sorted(p.relative_to(written) for p in written.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(example) for p in example.rglob("*") if p.is_file())
+    for rel in files:
+        assert (written / rel).read_bytes() == (example / rel).read_bytes(), rel
