@@ -271,3 +271,33 @@ def test_snapshot_in_aicrs_format_reads_back(tmp_path: Path) -> None:
     os_type = next(m for m in doc["measurements"] if m["type"] == "OS")
     release = next(s for s in os_type["subtypes"] if s["subtype"] == "release")
     assert snap.readings(snap.nodes[0].node)["OS.release.ID"] == release["data"]["ID"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"componentRefs": [{"name": "../../evil", "type": "Helm"}]}, "not a valid component name"),
+    ({"componentRefs": [{"name": "a", "valuesFile": "/etc/passwd"}]}, "inside the data"),
+    ({"componentRefs": [{"name": "a", "dependencyRefs": ["b"]}]}, "depends on 'b'"),
+    ({"componentRefs": "not-a-list"}, "componentRefs"),
+    ({"kind": "RecipeMetadata"}, "expected 'RecipeResult'"),
+    ({"apiVersion": "v1"}, "unknown apiVersion"),
+])
+def test_a_hostile_recipe_file_is_one_line_and_nothing_is_written(
+        tmp_path: Path, change: dict[str, object], message: str) -> None:
+    doc = {"kind": "RecipeResult", "apiVersion": API, "criteria": {"service": "eks"},
+           "componentRefs": [], "deploymentOrder": [], **change}
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    code, stdout, err = cairn("bundle", "--from", str(recipe), "--out", str(out))
+    assert code == 3 and stdout == "" and err.count("\n") == 1, err
+    assert message in err and str(recipe) in err
+    assert not out.exists() and not (tmp_path.parent / "evil").exists()
+
+
+def test_an_overlay_name_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
+    root = write_small_catalog(tmp_path / "d")
+    eks = root / "overlays" / "eks.yaml"
+    eks.write_text(eks.read_text().replace("name: eks\n", "name: ../eks\n", 1))
+    code, _, err = cairn("recipe", "import", str(root), "--out", str(tmp_path / "c"))
+    assert code == 3 and "eks.yaml: metadata.name" in err and err.count("\n") == 1
+    assert not (tmp_path / "c").exists()

@@ -12,8 +12,8 @@ from cairn.errors import InvalidInput
 from cairn.recipes.aicr import AicrCriteria, load_aicr_catalog, resolve
 from cairn.recipes.aicr.catalog import AicrCatalog
 from cairn.recipes.aicr.convert import component_values
-from cairn.recipes.aicr.resolve import deployment_order, match
 from cairn.recipes.aicr.model import ComponentRef
+from cairn.recipes.aicr.resolve import deployment_order, match
 from tests.fixtures.aicr_data import write_small_catalog
 
 

@@ -15,6 +15,7 @@ from cairn.errors import InvalidInput, NotFound
 from cairn.recipes.aicr.datadir import (
     VALIDATORS,
     DataFiles,
+    checked_name,
     data_path,
     parse_mixin,
     parse_overlay,
@@ -157,8 +158,7 @@ def _check_overlay(catalog: AicrCatalog, name: str, overlay: RecipeMetadata) -> 
 def _check_refs(catalog: AicrCatalog, refs: list[ComponentRef], file: str) -> None:
     for index, ref in enumerate(refs):
         at = f"spec.componentRefs[{index}]"
-        if not ref.name:
-            raise InvalidInput("a componentRef needs a name", file=file, field=f"{at}.name")
+        checked_name(ref.name, "component", file=file, field_name=f"{at}.name")
         paths = [("valuesFile", ref.values_file)] if ref.values_file else []
         paths += [(f"manifestFiles[{i}]", m) for i, m in enumerate(ref.manifest_files)]
         for key, value in paths:

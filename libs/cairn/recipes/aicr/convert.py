@@ -25,7 +25,13 @@ import yaml
 
 from cairn import files, yamlfile
 from cairn.errors import InvalidInput
-from cairn.recipes.aicr.datadir import MAX_FILE_BYTES, DataFiles, parse_yaml
+from cairn.recipes.aicr.datadir import (
+    MAX_FILE_BYTES,
+    DataFiles,
+    checked_name,
+    data_path,
+    parse_yaml,
+)
 from cairn.recipes.aicr.model import (
     ANY,
     API_VERSION,
@@ -199,7 +205,18 @@ def read_recipe_source(path: Path) -> tuple[RecipeResult, str]:
                                f"{', '.join(API_VERSIONS)}", file=shown,
                                line=doc.line_of(("apiVersion",)), field="apiVersion")
         result = yamlfile.convert(doc, RecipeResult)
-        deployment_order(result.component_refs)  # refuses unknown dependencies and cycles
+        for index, ref in enumerate(result.component_refs):
+            checked_name(ref.name, "component", file=shown,
+                         field_name=f"componentRefs[{index}].name")
+            for key, paths in (("valuesFile", [ref.values_file] if ref.values_file else []),
+                               ("manifestFiles", ref.manifest_files)):
+                for value in paths:
+                    data_path(value, file=shown, field_name=f"componentRefs[{index}].{key}")
+        try:
+            deployment_order(result.component_refs)  # refuses unknown dependencies, cycles
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message.replace("the merged recipe", "the recipe"),
+                               file=shown, field=exc.field) from None
         return result, "aicr"
     if "components" in data and "applied" in data:
         return result_of(yamlfile.convert(doc, Recipe)), "cairn"

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from cairn import files, yamlfile
-from cairn.errors import InvalidInput
+from cairn.errors import InvalidInput, InvalidName
+from cairn.names import check_name
 from cairn.recipes.aicr.model import (
     API_VERSIONS,
     ComponentRegistry,
@@ -142,6 +143,19 @@ def data_path(value: str, *, file: str, field_name: str) -> str:
     return str(path)
 
 
+def checked_name(value: str, kind: str, *, file: str, field_name: str) -> str:
+    """`value` if it obeys Cairn's name rule (AICR's names are DNS labels too): names become
+    file names in bundles and imported catalogs, so none may hold a `/` or `..`.
+
+    Raises:
+        InvalidName: naming the file and field.
+    """
+    try:
+        return check_name(value, kind)
+    except InvalidName as exc:
+        raise InvalidName(exc.message, file=file, field=field_name) from None
+
+
 def _check_header(kind: str, api_version: str, want: str, file: str) -> None:
     if kind and kind != want:
         raise InvalidInput(f"kind is {kind!r}, expected {want!r}", file=file, field="kind")
@@ -166,6 +180,7 @@ def parse_registry(content: bytes, file: str) -> ComponentRegistry:
     _check_header(registry.kind, registry.api_version, "ComponentRegistry", file)
     seen: set[str] = set()
     for index, entry in enumerate(registry.components):
+        checked_name(entry.name, "component", file=file, field_name=f"components[{index}].name")
         if entry.name in seen:
             raise InvalidInput(f"component {entry.name!r} is listed twice", file=file,
                                line=doc.line_of(("components", index)),
@@ -186,6 +201,7 @@ def parse_overlay(content: bytes, file: str) -> RecipeMetadata | None:
     _check_header(overlay.kind, overlay.api_version, "RecipeMetadata", file)
     if not overlay.metadata.name:
         raise InvalidInput("missing metadata.name", file=file, field="metadata.name")
+    checked_name(overlay.metadata.name, "recipe", file=file, field_name="metadata.name")
     return overlay
 
 
@@ -199,6 +215,7 @@ def parse_mixin(content: bytes, file: str) -> RecipeMixin:
         raise InvalidInput("a file in mixins/ must be kind RecipeMixin", file=file, field="kind")
     if not mixin.metadata.name:
         raise InvalidInput("missing metadata.name", file=file, field="metadata.name")
+    checked_name(mixin.metadata.name, "recipe", file=file, field_name="metadata.name")
     return mixin
 
 
