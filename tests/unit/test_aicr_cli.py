@@ -301,3 +301,26 @@ def test_an_overlay_name_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
     code, _, err = cairn("recipe", "import", str(root), "--out", str(tmp_path / "c"))
     assert code == 3 and "eks.yaml: metadata.name" in err and err.count("\n") == 1
     assert not (tmp_path / "c").exists()
+
+
+def _edit_eks(root: Path, edit: dict[str, object]) -> None:
+    path = root / "overlays" / "eks.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"].update(edit)
+    path.write_text(yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"base": "nope"}, "eks.yaml: spec.base: unknown base recipe 'nope'"),
+    ({"base": "h100-eks-training"}, "base cycle"),
+    ({"mixins": ["os-nowhere"]}, "eks.yaml: spec.mixins[0]: unknown mixin"),
+    ({"criteria": {"nodes": "many"}}, "spec.criteria.nodes"),
+    ({"componentRefs": [{"name": "x", "manifestFiles": ["components/none.yaml"]}]},
+     "is not in the recipe data"),
+])
+def test_a_malformed_overlay_is_one_line_naming_file_and_field(
+        tmp_path: Path, edit: dict[str, object], message: str) -> None:
+    root = write_small_catalog(tmp_path / "d")
+    _edit_eks(root, edit)
+    code, out, err = show("--data", str(root), "--service", "eks")
+    assert code == 3 and out == "" and err.count("\n") == 1 and message in err, err

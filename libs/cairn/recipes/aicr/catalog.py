@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.errors import InvalidInput, NotFound
+from cairn.errors import InvalidInput
 from cairn.recipes.aicr.datadir import (
     VALIDATORS,
     DataFiles,
@@ -61,8 +61,7 @@ class AicrCatalog:
         """`name` and its bases up to (not including) `base`, root first.
 
         Raises:
-            NotFound: no overlay `name`, or a base that does not exist.
-            InvalidInput: the chain loops.
+            InvalidInput: a base that does not exist, or the chain loops.
         """
         out: list[str] = []
         current = name
@@ -73,8 +72,9 @@ class AicrCatalog:
                                    field="spec.base")
             overlay = self.overlays.get(current)
             if overlay is None:
-                raise NotFound(f"no overlay named {current!r}", file=self.file_of(name),
-                               field="spec.base")
+                raise InvalidInput(f"unknown base recipe {current!r}",
+                                   file=self.file_of(out[-1] if out else name),
+                                   field="spec.base")
             out.append(current)
             current = overlay.spec.base
         return out[::-1]
@@ -128,6 +128,9 @@ def build_catalog(data: DataFiles) -> AicrCatalog:
                           validators=validators, data=data, overlay_files=where)
     for name, overlay in overlays.items():
         _check_overlay(catalog, name, overlay)
+    for name in overlays:
+        if name != BASE:
+            catalog.chain(name)
     for name, mixin in mixins.items():
         _check_refs(catalog, mixin.spec.component_refs, where[name])
     return catalog
@@ -150,8 +153,6 @@ def _check_overlay(catalog: AicrCatalog, name: str, overlay: RecipeMetadata) -> 
         if mixin not in catalog.mixins:
             raise InvalidInput(f"unknown mixin {mixin!r} (mixins live in mixins/)", file=file,
                                field=f"spec.mixins[{index}]")
-    if name != BASE:
-        catalog.chain(name)
     _check_refs(catalog, spec.component_refs, file)
 
 
