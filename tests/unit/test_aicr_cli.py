@@ -324,3 +324,13 @@ def test_a_malformed_overlay_is_one_line_naming_file_and_field(
     _edit_eks(root, edit)
     code, out, err = show("--data", str(root), "--service", "eks")
     assert code == 3 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_diff_reads_aicr_snapshots(tmp_path: Path) -> None:
+    before = _snapshot(tmp_path, "ubuntu")
+    after = tmp_path / "after.yaml"
+    after.write_text(_snapshot(tmp_path, "rhel").read_text())
+    code, out, err = cairn("diff", str(before), str(after), "-o", "json")
+    assert code == 1, err
+    assert [(c["path"], c["before"], c["after"]) for c in json.loads(out)] == [
+        ("OS.release.ID", "ubuntu", "rhel")]

@@ -31,6 +31,18 @@ def is_aicr(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == "Snapshot"
 
 
+def is_aicr_file(path: Path) -> bool:
+    """True when `path` holds an AICR snapshot document (`kind: Snapshot`), read bounded."""
+    content = files.read_bytes(path, limit=model.MAX_SNAPSHOT_FILE_BYTES, shown=str(path))
+    head = content[:4096]
+    if b"Snapshot" not in head or not (b"kind" in head and b"measurements" in content):
+        return False
+    try:
+        return is_aicr(parse_yaml(content, str(path)).data)
+    except InvalidInput:
+        return False
+
+
 def read_snapshot(path: Path) -> Snapshot:
     """A snapshot file in Cairn's format (`cairn snapshot --out`) or AICR's.
 
