@@ -334,3 +334,11 @@ def test_diff_reads_aicr_snapshots(tmp_path: Path) -> None:
     assert code == 1, err
     assert [(c["path"], c["before"], c["after"]) for c in json.loads(out)] == [
         ("OS.release.ID", "ubuntu", "rhel")]
+
+
+def test_a_complete_data_directory_needs_no_cairn_catalog(data: Path, tmp_path: Path) -> None:
+    env: dict[str, str | None] = {"CAIRN_RECIPES": str(tmp_path / "no-catalog-here")}
+    assert cairn("recipe", "list", env=env)[0] == 3  # Cairn's own catalog is not there
+    code, out, err = cairn("recipe", "show", "--data", str(data), *QUERY, "-o", "json", env=env)
+    assert code == 0, err
+    assert json.loads(out)["metadata"]["appliedOverlays"][0] == "base"
