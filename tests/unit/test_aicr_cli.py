@@ -342,3 +342,18 @@ def test_a_complete_data_directory_needs_no_cairn_catalog(data: Path, tmp_path: 
     code, out, err = cairn("recipe", "show", "--data", str(data), *QUERY, "-o", "json", env=env)
     assert code == 0, err
     assert json.loads(out)["metadata"]["appliedOverlays"][0] == "base"
+
+
+def test_an_aicr_layout_bundle_can_be_signed_and_verified(data: Path, tmp_path: Path) -> None:
+    assert cairn("keys", "create", "signer", "--dir", str(tmp_path / "k"))[0] == 0
+    code, out, _ = show("--data", str(data), *QUERY, "-o", "yaml")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(out)
+    bundle = tmp_path / "b"
+    code, _, err = cairn("bundle", "--from", str(recipe), "--data", str(data), "--out",
+                         str(bundle), "--sign", str(tmp_path / "k" / "signer.key"))
+    assert code == 0, err
+    assert cairn("bundle", "verify", str(bundle), "--key", str(tmp_path / "k" / "signer.pub")
+                 )[0] == 0
+    (bundle / "gpu-operator" / "values.yaml").write_text("driver: {enabled: false}\n")
+    assert cairn("bundle", "verify", str(bundle))[0] == 9
