@@ -165,3 +165,22 @@ def test_the_docs_example_is_the_tested_data(tmp_path: Path) -> None:
     assert files == sorted(p.relative_to(example) for p in example.rglob("*") if p.is_file())
     for rel in files:
         assert (written / rel).read_bytes() == (example / rel).read_bytes(), rel
+
+
+def test_a_failing_mixin_constraint_excludes_only_the_matches_whose_chain_names_it(
+        catalog: AicrCatalog) -> None:
+    def judge(constraint: object) -> tuple[bool, str]:
+        if getattr(constraint, "name", "") == "OS.release.ID":
+            return False, "rhel"
+        return True, "ok"
+
+    result = resolve(catalog, q(service="eks", accelerator="h100", os="ubuntu",
+                                intent="training", platform="kubeflow"), judge)
+    assert [(e.name, e.reason) for e in result.metadata.excluded_overlays] == [
+        ("h100-eks-ubuntu-training", "mixin-constraint-failed"),
+        ("h100-eks-ubuntu-training-kubeflow", "mixin-constraint-failed")]
+    # The unrelated matches stay, and the mixin is not applied.
+    assert result.metadata.applied_overlays == [
+        "base", "eks", "eks-training", "h100-any-training", "h100-eks-training"]
+    assert result.metadata.applied_mixins == []
+    assert {w.constraint for w in result.metadata.constraint_warnings} == {"OS.release.ID"}

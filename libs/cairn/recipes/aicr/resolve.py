@@ -6,7 +6,9 @@
    specificity (fields set), ascending, ties by name.
 2. Merge: start from base.yaml; for each match, its base chain from the root down, each
    recipe once. Then the mixins the applied overlays name, each once, in the order named.
-   With readings (a snapshot), an overlay whose own constraints fail is excluded first.
+   With readings (a snapshot), a match whose own constraints fail is excluded first
+   (`constraint-failed`), and so is one whose chain names a mixin whose constraints fail
+   (`mixin-constraint-failed`, AICR's scoped fallback): only that match, not the others.
 3. Merge rules (`merge_spec`): constraints replace by name; componentRefs merge field by
    field (a non-empty field wins; `overrides` deep-merge; `manifestFiles` append without
    duplicates; `dependencyRefs`, `patches`, `expectedResources` replace when given);
@@ -104,9 +106,15 @@ def resolve(catalog: AicrCatalog, query: AicrCriteria,
     if judge is not None:
         kept = []
         for name in matched:
-            failed = _failed_constraints(name, catalog.overlays[name], judge)
+            failed = _failed_constraints(name, catalog.overlays[name].spec.constraints, judge)
+            reason = "constraint-failed"
+            if not failed:
+                reason = "mixin-constraint-failed"
+                for mixin in _chain_mixins(catalog, name):
+                    failed += _failed_constraints(name, catalog.mixins[mixin].spec.constraints,
+                                                  judge)
             if failed:
-                excluded.append(ExcludedOverlay(name=name))
+                excluded.append(ExcludedOverlay(name=name, reason=reason))
                 warnings += failed
             else:
                 kept.append(name)
@@ -138,10 +146,18 @@ def resolve(catalog: AicrCatalog, query: AicrCriteria,
         component_refs=refs, deployment_order=order, validation=merged.validation())
 
 
-def _failed_constraints(name: str, overlay: RecipeMetadata,
+def _chain_mixins(catalog: AicrCatalog, name: str) -> list[str]:
+    """The mixins `name`'s chain (base included) names, in order, each once."""
+    out: list[str] = []
+    for link in [BASE, *catalog.chain(name)]:
+        out += [m for m in catalog.overlays[link].spec.mixins if m not in out]
+    return out
+
+
+def _failed_constraints(name: str, constraints: list[AicrConstraint],
                         judge: ConstraintJudge) -> list[ConstraintWarning]:
     out = []
-    for constraint in overlay.spec.constraints:
+    for constraint in constraints:
         holds, actual = judge(constraint)
         if not holds:
             out.append(ConstraintWarning(
