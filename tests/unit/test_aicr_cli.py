@@ -357,3 +357,27 @@ def test_an_aicr_layout_bundle_can_be_signed_and_verified(data: Path, tmp_path: 
                  )[0] == 0
     (bundle / "gpu-operator" / "values.yaml").write_text("driver: {enabled: false}\n")
     assert cairn("bundle", "verify", str(bundle))[0] == 9
+
+
+def test_list_data_overlays_by_their_own_criteria(data: Path) -> None:
+    code, out, err = cairn("recipe", "list", "--data", str(data), "--service", "eks",
+                           "--accelerator", "h100", "-o", "json")
+    assert code == 0, err
+    assert [r["name"] for r in json.loads(out)] == [
+        "h100-eks-training", "h100-eks-ubuntu-training", "h100-eks-ubuntu-training-kubeflow"]
+    code, out, _ = cairn("recipe", "list", "--data", str(data), "--mixins", "-o", "json")
+    kinds = {r["name"]: r["kind"] for r in json.loads(out)}
+    assert kinds["os-ubuntu"] == "mixin" and kinds["base"] == "overlay" and len(kinds) == 10
+
+
+def test_validate_offline_a_catalog_recipe_by_name(tmp_path: Path) -> None:
+    code, out, err = cairn("validate", "--snapshot", str(_snapshot(tmp_path, "ubuntu")),
+                           "--recipe", "h100-eks-ubuntu-tr", "-o", "json")
+    assert code == 3 and "ambiguous" in err  # a prefix two recipes share
+    code, out, err = cairn("validate", "--snapshot", str(_snapshot(tmp_path, "ubuntu")),
+                           "--recipe", "h100-eks-ubuntu-training", "-o", "json")
+    verdict = json.loads(out)
+    assert verdict["recipe"] == "h100-eks-ubuntu-training"
+    statuses = {c["name"]: c["status"] for c in verdict["phases"]["readiness"]["constraints"]}
+    assert statuses["OS.release.ID"] == "passed"
+    assert code == (0 if verdict["status"] == "passed" else 1)

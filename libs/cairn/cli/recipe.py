@@ -102,8 +102,15 @@ def recipe() -> None:
 @criteria_options
 @click.option("--mixins", is_flag=True, help="Include mixins.")
 @_catalog_option
+@data_option
 @output_option()
-def list_cmd(mixins: bool, catalog_dir: str | None, output: str, **given: Any) -> None:
+def list_cmd(mixins: bool, catalog_dir: str | None, data_dir: Path | None, output: str,
+             **given: Any) -> None:
+    if data_dir is not None:
+        from cairn.cli.recipeaicr import list_aicr
+
+        list_aicr(load_aicr(data_dir, catalog_dir), mixins, given_criteria(given), output)
+        return
     catalog = _load(catalog_dir)
     criteria = given_criteria(given)
     wanted = _exact_filter(catalog, criteria)

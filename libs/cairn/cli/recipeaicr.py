@@ -88,6 +88,35 @@ def aicr_result(catalog: AicrCatalog, name: str | None, given: dict[str, Any],
     return resolve(catalog, query, judge)
 
 
+def list_aicr(catalog: AicrCatalog, mixins: bool, given: dict[str, Any], output: str) -> None:
+    """The data's overlays (and mixins), or those whose own criteria are exactly `given`."""
+    from cairn.recipes.aicr.resolve import normalize, specificity
+
+    want = msgspec.to_builtins(normalize(aicr_query(given))) if given else None
+    rows = []
+    for name in sorted(catalog.overlays):
+        criteria = catalog.overlays[name].spec.criteria or AicrCriteria()
+        shown = msgspec.to_builtins(normalize(criteria))
+        if want is not None and any(shown.get(k, 0 if k == "nodes" else "any") != v
+                                    for k, v in want.items() if k in given):
+            continue
+        rows.append({"name": name, "kind": "overlay", "file": catalog.file_of(name),
+                     "base": catalog.overlays[name].spec.base or None,
+                     "mixins": catalog.overlays[name].spec.mixins, "criteria": shown,
+                     "specificity": specificity(criteria)})
+    if mixins and want is None:
+        rows += [{"name": n, "kind": "mixin", "file": catalog.file_of(n), "base": None,
+                  "mixins": [], "criteria": None, "specificity": None}
+                 for n in sorted(catalog.mixins)]
+    emit(rows, output, lambda rs: print_table(
+        "AICR recipes", [Column("name", keep=True), Column("kind"),
+                         Column("criteria (not any)", wrap=True), Column("base", keep=True)],
+        [[r["name"], r["kind"],
+          " ".join(f"{k}={v}" for k, v in (r["criteria"] or {}).items()
+                   if v not in ("any", 0)) or ("(everywhere)" if r["kind"] == "overlay"
+                                               else ""), r["base"] or ""] for r in rs]))
+
+
 def print_result(doc: dict[str, Any]) -> None:
     meta = doc.get("metadata", {})
     click.echo("applied: " + " -> ".join(meta.get("appliedOverlays", [])))
