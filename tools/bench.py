@@ -45,6 +45,7 @@ SECTIONS = {
     "security": "bench_security",
     "nonces": "bench_nonces",
     "guard": "bench_guard",
+    "bundles": "bench_bundles",
 }
 
 

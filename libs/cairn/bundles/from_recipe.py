@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cairn.bundles.k0rdent_target import k0rdent_target
 from cairn.bundles.layers import ComposedValues, apply_override_file, apply_set
 from cairn.bundles.model import BundleManifest, Deployer, PlannedComponent, ProvenanceFile
 from cairn.bundles.order import deploy_order
@@ -20,6 +21,7 @@ from cairn.bundles.text import sort_keys
 from cairn.errors import InvalidInput
 from cairn.recipes.aicr.convert import component_values
 from cairn.recipes.aicr.model import RecipeResult
+from cairn.recipes.model import Criteria
 
 
 def recipe_label(result: RecipeResult, shown: str) -> str:
@@ -30,13 +32,17 @@ def recipe_label(result: RecipeResult, shown: str) -> str:
 
 def plan_from_result(result: RecipeResult, deployer: Deployer, shown: str,
                      files: Mapping[str, bytes] | None, overrides: Sequence[str] = (),
-                     sets: Sequence[str] = (), *, charts_only: bool = True) -> BundlePlan:
+                     sets: Sequence[str] = (), *, charts_only: bool = True,
+                     cluster_selector: Mapping[str, str] | None = None,
+                     upgrade_from: BundleManifest | None = None) -> BundlePlan:
     """Lay out what a bundle of `result` deploys, in its deployment order.
 
     Args:
         files: the AICR data's files (values files, manifests), or None.
         charts_only: refuse components without a chart (every deployer but AICR's Helm
             layout, which deploys manifest-only components as local charts).
+        cluster_selector, upgrade_from: k0rdent, as for `plan_bundle`; the default selector
+            comes from the recipe's criteria.
 
     Raises:
         InvalidInput: nothing to deploy, a values file that is not in `files`, a component
@@ -74,8 +80,15 @@ def plan_from_result(result: RecipeResult, deployer: Deployer, shown: str,
             dependencies=sorted(d for d in set(ref.dependency_refs) if d in refs),
             wave=waves[name], values=sort_keys(composed.values[name])))
     label = recipe_label(result, shown)
+    target = None
+    if deployer == "k0rdent":
+        c = result.criteria
+        criteria = Criteria(service=c.service or "any", accelerator=c.accelerator or "any",
+                            os=c.os or "any", intent=c.intent or "any",
+                            platform=c.platform or "any", nodes=c.nodes)
+        target = k0rdent_target(criteria, planned, cluster_selector, upgrade_from)
     manifest = BundleManifest(recipe=label, applied=list(result.metadata.applied_overlays),
                               deployer=deployer, overrides=list(overrides), sets=list(sets),
-                              components=planned)
+                              components=planned, k0rdent=target)
     return BundlePlan(manifest=manifest,
                       provenance=ProvenanceFile(recipe=label, values=composed.rows()))
