@@ -183,10 +183,13 @@ def test_bundle_from_a_recipe_file_for_other_deployers(data: Path, tmp_path: Pat
     assert code == 0
     cairn_recipe = tmp_path / "cairn.yaml"
     cairn_recipe.write_text(out)
-    code, _, err = cairn("bundle", "--from", str(cairn_recipe), "--deployer", "flux",
-                         "--out", str(tmp_path / "flux"))
-    assert code == 0, err
-    assert (tmp_path / "flux" / "bundle.yaml").is_file()
+    for deployer in ("flux", "k0rdent", "pulumi"):
+        code, _, err = cairn("bundle", "--from", str(cairn_recipe), "--deployer", deployer,
+                             "--out", str(tmp_path / deployer))
+        assert code == 0, (deployer, err)
+        assert (tmp_path / deployer / "bundle.yaml").is_file()
+    # k0rdent's default cluster selector comes from the recipe file's criteria.
+    assert "cairn.dev/accelerator=h100" in (tmp_path / "k0rdent" / "README.md").read_text()
     # An AICR recipe whose components all have charts renders for argocd too, as Cairn
     # renders it; a manifest-only component is refused there with one line.
     code, out, _ = show("--data", str(data), *QUERY, "-o", "yaml")
