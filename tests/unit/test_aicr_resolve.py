@@ -184,3 +184,16 @@ def test_a_failing_mixin_constraint_excludes_only_the_matches_whose_chain_names_
         "base", "eks", "eks-training", "h100-any-training", "h100-eks-training"]
     assert result.metadata.applied_mixins == []
     assert {w.constraint for w in result.metadata.constraint_warnings} == {"OS.release.ID"}
+
+
+def test_a_recipe_file_with_aicrs_older_excluded_overlays_reads(tmp_path: Path) -> None:
+    from cairn.recipes.aicr.convert import read_recipe_file
+
+    path = tmp_path / "r.yaml"
+    path.write_text("kind: RecipeResult\napiVersion: aicr.nvidia.com/v1alpha1\n"
+                    "metadata: {appliedOverlays: [base], excludedOverlays: [eks, {name: x, "
+                    "reason: mixin-constraint-failed}]}\ncriteria: {service: eks}\n"
+                    "componentRefs: []\ndeploymentOrder: []\n")
+    result = read_recipe_file(path)
+    assert [(e.name, e.reason) for e in result.metadata.excluded_overlays] == [
+        ("eks", "constraint-failed"), ("x", "mixin-constraint-failed")]

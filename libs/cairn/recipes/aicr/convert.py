@@ -204,6 +204,11 @@ def read_recipe_source(path: Path) -> tuple[RecipeResult, str]:
             raise InvalidInput(f"unknown apiVersion {data.get('apiVersion')!r}; known: "
                                f"{', '.join(API_VERSIONS)}", file=shown,
                                line=doc.line_of(("apiVersion",)), field="apiVersion")
+        meta = data.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("excludedOverlays"), list):
+            # AICR before its structured exclusions wrote plain names.
+            meta["excludedOverlays"] = [{"name": e} if isinstance(e, str) else e
+                                        for e in meta["excludedOverlays"]]
         result = yamlfile.convert(doc, RecipeResult)
         for index, ref in enumerate(result.component_refs):
             checked_name(ref.name, "component", file=shown,
