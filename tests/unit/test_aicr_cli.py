@@ -384,3 +384,12 @@ def test_validate_offline_a_catalog_recipe_by_name(tmp_path: Path) -> None:
     statuses = {c["name"]: c["status"] for c in verdict["phases"]["readiness"]["constraints"]}
     assert statuses["OS.release.ID"] == "passed"
     assert code == (0 if verdict["status"] == "passed" else 1)
+
+
+def test_a_snapshot_without_aicrs_header_reads(tmp_path: Path) -> None:
+    from cairn.recipes.aicr.snapshots import read_snapshot
+
+    path = tmp_path / "bare.yaml"
+    path.write_text("measurements:\n  - type: K8s\n    subtypes:\n      - subtype: server\n"
+                    "        data: {version: v1.33.0}\n")
+    assert read_snapshot(path).readings()["K8s.server.version"] == "v1.33.0"

@@ -197,3 +197,18 @@ def test_a_recipe_file_with_aicrs_older_excluded_overlays_reads(tmp_path: Path) 
     result = read_recipe_file(path)
     assert [(e.name, e.reason) for e in result.metadata.excluded_overlays] == [
         ("eks", "constraint-failed"), ("x", "mixin-constraint-failed")]
+
+
+def test_a_query_value_must_be_aicrs_or_one_the_data_uses(catalog: AicrCatalog) -> None:
+    with pytest.raises(InvalidInput, match="unknown service 'nosuch'; allowed: any, aks"):
+        resolve(catalog, q(service="nosuch"))
+    # rke2 is AICR's though no overlay here uses it: base alone.
+    assert resolve(catalog, q(service="rke2")).metadata.applied_overlays == ["base"]
+
+
+def test_a_value_an_overlay_registers_is_a_valid_query(tmp_path: Path) -> None:
+    root = write_small_catalog(tmp_path / "d")
+    eks = root / "overlays" / "eks.yaml"
+    eks.write_text(eks.read_text().replace("service: eks", "service: togetherai"))
+    catalog = load_aicr_catalog(root)
+    assert match(catalog, q(service="togetherai")) == ["eks"]

@@ -50,6 +50,18 @@ _ALIASES: dict[str, dict[str, str]] = {
     "os": {"al2": "amazonlinux", "al2023": "amazonlinux"},
 }
 
+KNOWN_VALUES: dict[str, tuple[str, ...]] = {
+    "service": ("aks", "bcm", "eks", "generic", "gke", "k0s", "kind", "lke", "metal3", "ocp",
+                "oke", "rke2"),
+    "accelerator": ("a100", "b200", "gb200", "gb300", "h100", "h200", "l40", "l40s",
+                    "rtx-pro-6000", "vr200"),
+    "os": ("amazonlinux", "cos", "ol", "rhel", "sles", "talos", "ubuntu"),
+    "intent": ("inference", "training"),
+    "platform": ("dynamo", "kubeflow", "kueue", "nim", "runai", "slurm"),
+}
+"""AICR's published criteria values; overlays in the data add their own (AICR's criteria
+registry), so a query may use either, and nothing else."""
+
 ConstraintJudge = Callable[[AicrConstraint], tuple[bool, str]]
 """Judges one constraint against readings: (holds, what was read or why it cannot be)."""
 
@@ -82,9 +94,29 @@ def matches(recipe: AicrCriteria, query: AicrCriteria) -> bool:
     return recipe.nodes == 0 or recipe.nodes == query.nodes
 
 
+def check_query(catalog: AicrCatalog, query: AicrCriteria) -> AicrCriteria:
+    """`query` normalised, each value one AICR publishes or one an overlay of the data uses.
+
+    Raises:
+        InvalidInput: an unknown value, listing the allowed ones.
+    """
+    q = normalize(query)
+    for name in CRITERIA_FIELDS:
+        value = getattr(q, name)
+        if value == ANY:
+            continue
+        used = {getattr(normalize(o.spec.criteria), name) for o in catalog.overlays.values()
+                if o.spec.criteria is not None}
+        allowed = sorted((set(KNOWN_VALUES[name]) | used) - {ANY})
+        if value not in allowed:
+            raise InvalidInput(f"unknown {name} {value!r}; allowed: any, {', '.join(allowed)}",
+                               field=f"criteria.{name}")
+    return q
+
+
 def match(catalog: AicrCatalog, query: AicrCriteria) -> list[str]:
     """Names of the overlays that apply to `query` (base aside), in application order."""
-    q = normalize(query)
+    q = check_query(catalog, query)
     found = [(specificity(o.spec.criteria), name) for name, o in catalog.overlays.items()
              if name != BASE and o.spec.criteria is not None
              and matches(normalize(o.spec.criteria), q)]
@@ -99,7 +131,7 @@ def resolve(catalog: AicrCatalog, query: AicrCriteria,
         InvalidInput: a dependencyRef to a component the result does not hold, or a
             dependency cycle (naming the component).
     """
-    q = normalize(query)
+    q = check_query(catalog, query)
     matched = match(catalog, q)
     excluded: list[ExcludedOverlay] = []
     warnings: list[ConstraintWarning] = []

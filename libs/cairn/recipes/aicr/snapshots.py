@@ -28,14 +28,18 @@ CLUSTER_TYPES = ("K8s",)
 
 
 def is_aicr(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("kind") == "Snapshot"
+    """AICR's snapshot: `kind: Snapshot`, or no kind and a `measurements` list (AICR's
+    header is optional, and hand-written snapshots often leave it out)."""
+    if not isinstance(data, dict):
+        return False
+    kind = data.get("kind")
+    return kind == "Snapshot" or (kind is None and isinstance(data.get("measurements"), list))
 
 
 def is_aicr_file(path: Path) -> bool:
     """True when `path` holds an AICR snapshot document (`kind: Snapshot`), read bounded."""
     content = files.read_bytes(path, limit=model.MAX_SNAPSHOT_FILE_BYTES, shown=str(path))
-    head = content[:4096]
-    if b"Snapshot" not in head or not (b"kind" in head and b"measurements" in content):
+    if b"measurements" not in content:
         return False
     try:
         return is_aicr(parse_yaml(content, str(path)).data)
