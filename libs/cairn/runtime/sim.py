@@ -88,6 +88,8 @@ class SimReport:
     peak_rss_bytes: int = 0
     peak_pss_bytes: int = 0
     peak_processes: int = 0
+    results: dict[str, Any] = field(default_factory=dict)
+    """`role@site` -> the result value each worker returned (`w.result(value)`)."""
     context: str | None = None
     """With `keep`: the context file that reaches the still running federation."""
 
@@ -210,7 +212,8 @@ async def _drive(fed: EmbeddedFederation, job_file: Path, sets: Sequence[str],
     return SimReport(job=job_id, state=final.state, message=final.message,
                      sites=len(fed.sites) - 1, dir=str(fed.dir), secure=fed.secure,
                      start_s=round(start_s, 3), job_s=round(job_s, 3),
-                     round_s=[round(r, 3) for r in rounds])
+                     round_s=[round(r, 3) for r in rounds],
+                     results={f"{r.role}@{r.site}": r.value for r in final.results})
 
 
 async def _submit(client: Any, job_file: Path, sets: Sequence[str], say: Say) -> str:
