@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -127,3 +128,24 @@ def _same(cmp: filecmp.dircmp[str]) -> bool:
     if cmp.left_only or cmp.right_only or cmp.diff_files or cmp.funny_files:
         return False
     return all(_same(sub) for sub in cmp.subdirs.values())
+
+
+@pytest.mark.parametrize("change", [
+    ("meta.json", lambda d: d["deploy_map"].update({"app_server": "server"})),
+    ("meta.json", lambda d: d["deploy_map"].update({"../../etc": ["server"]})),
+    ("app_server/config/config_fed_server.json",
+     lambda d: d["workflows"][0]["args"].update({"num_rounds": "three"})),
+    ("app_site-1/config/config_fed_client.json",
+     lambda d: d["executors"].__setitem__(0, {"tasks": ["*"], "executor": ["not", "a", "map"]})),
+    ("app_site-1/config/config_fed_client.json", lambda d: d.update({"components": {"x": 1}})),
+])
+def test_wrong_shapes_are_one_line_naming_the_file(tmp_path: Path, change: Any) -> None:
+    job = tmp_path / "flare"
+    shutil.copytree(JOBS / "hello-numpy", job)
+    name, edit = change
+    doc = json.loads((job / name).read_text())
+    edit(doc)
+    (job / name).write_text(json.dumps(doc))
+    code, _, stderr = cairn("job", "import-flare", str(job), "--out", str(tmp_path / "o"))
+    assert code == 3 and Path(name).name in stderr and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "o").exists()

@@ -28,9 +28,10 @@ import json
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.errors import InvalidInput
 from cairn.names import NAME_RULE
@@ -127,6 +128,13 @@ def read_flare_job(folder: Path, site_names: dict[str, str] | None = None) -> Co
     if not isinstance(deploy, dict) or not deploy:
         raise InvalidInput("must map each app folder to its sites", file=str(meta_file),
                            field="deploy_map")
+    for app, targets in deploy.items():
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", app) or app.startswith(".."):
+            raise InvalidInput(f"app {app!r} is not a folder name of the job", file=str(meta_file),
+                               field="deploy_map")
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise InvalidInput("must be a list of site names", file=str(meta_file),
+                               field=f"deploy_map.{app}")
     conv = Conversion(name=cairn_name(raw_name, "job", str(meta_file), "name"), spec={})
     params: dict[str, Any] = {}
     min_clients = meta.get("min_clients")
@@ -136,18 +144,20 @@ def read_flare_job(folder: Path, site_names: dict[str, str] | None = None) -> Co
     clients = {a: [t for t in (targets or []) if t != "server"] for a, targets in deploy.items()}
     clients = {a: t for a, t in clients.items() if t}
     for app in servers:
-        _server(folder / app / "config" / "config_fed_server.json", conv, params)
+        server_file = folder / app / "config" / "config_fed_server.json"
+        _shaped(server_file, _server, server_file, conv, params)
     if "rounds" not in params:
         raise InvalidInput("no FedAvg or ScatterAndGather controller on the server: nothing to "
                            "run (see the findings)", file=str(meta_file), field="deploy_map")
-    if isinstance(min_clients, int) and "min_sites" not in params:
+    if isinstance(min_clients, int) and min_clients > 0 and "min_sites" not in params:
         params["min_sites"] = min_clients
     for app, targets in clients.items():
         app_dir = folder / app
         role = "client" if len(clients) == 1 else cairn_name(
             "client-" + app.removeprefix("app_").removeprefix("app"), "role",
             str(meta_file), f"deploy_map.{app}")
-        script = _client(app_dir / "config" / "config_fed_client.json", app_dir, conv, app)
+        client_file = app_dir / "config" / "config_fed_client.json"
+        script = _shaped(client_file, _client, client_file, app_dir, conv, app)
         if script is None:
             continue
         entry: dict[str, Any] = {"api": "flare", "entrypoint": script,
@@ -171,6 +181,27 @@ def read_flare_job(folder: Path, site_names: dict[str, str] | None = None) -> Co
     return conv
 
 
+T = TypeVar("T")
+
+
+def _shaped(file: Path, read: Callable[..., T], *args: Any) -> T:
+    """`read(*args)`, with a value of the wrong shape anywhere in `file` (an object where a
+    list belongs, ...) one error naming the file rather than a traceback."""
+    try:
+        return read(*args)
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        raise InvalidInput(f"not a FLARE config this reads ({type(exc).__name__}: {exc})",
+                           file=str(file)) from None
+
+
+def _count(args: dict[str, Any], key: str, default: int, file: Path, where: str) -> int:
+    value = args.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{value!r} is not a positive whole number", file=str(file),
+                           field=f"{where}.args.{key}")
+    return value
+
+
 def _server(file: Path, conv: Conversion, params: dict[str, Any]) -> None:
     doc = _json(file)
     components = {c.get("id"): c for c in _list(doc, "components", file)}
@@ -184,13 +215,15 @@ def _server(file: Path, conv: Conversion, params: dict[str, Any]) -> None:
                    "no Cairn workflow for it here (FedAvg and ScatterAndGather map)")
             conv.unmapped.append(Finding(str(file), where, path, why))
             continue
-        params["rounds"] = int(args.get("num_rounds", 5))
+        if not isinstance(args, dict):
+            raise InvalidInput("must be an object", file=str(file), field=f"{where}.args")
+        params["rounds"] = _count(args, "num_rounds", 5, file, where)
         for key in ("min_clients", "num_clients"):
-            if isinstance(args.get(key), int):
-                params["min_sites"] = args[key]
+            if key in args:
+                params["min_sites"] = _count(args, key, 1, file, where)
                 break
         if args.get("train_timeout"):
-            params["round_timeout"] = int(args["train_timeout"])
+            params["round_timeout"] = _count(args, "train_timeout", 0, file, where)
         conv.mapped.append(Finding(str(file), where, path, "role server: Cairn's FedAvg "
                                    f"(rounds {params['rounds']})"))
         for key, value in args.items():
