@@ -1,4 +1,4 @@
-"""`cairn sim` runs a job on simulated sites as a real federation: FedAvg on 6 sites, 3 to
+"""`cairn sim` runs a job on simulated sites as a real federation: FedAvg on 4 sites, 2 to
 a process (the grouped parents of large simulations), secure; its job is a normal job in a
 normal stream (`cairn job show` and `cairn replay` read it while `--keep` holds it up)."""
 
@@ -19,7 +19,7 @@ FEDAVG = REPO / "examples" / "fedavg"
 pytestmark = pytest.mark.slow
 
 
-def test_sim_fedavg_six_sites_is_a_normal_job(tmp_path: Path) -> None:
+def test_sim_fedavg_four_sites_is_a_normal_job(tmp_path: Path) -> None:
     seen: dict[str, tuple[int, str, str]] = {}
     lines: list[str] = []
 
@@ -32,17 +32,17 @@ def test_sim_fedavg_six_sites_is_a_normal_job(tmp_path: Path) -> None:
         seen["replay"] = cairn("replay", "--job", report.job, "-o", "json", env=env)
 
     report = simulate(
-        FEDAVG / "job.yaml", 6, tmp_path / "sim", sites_per_process=3, keep=while_up,
+        FEDAVG / "job.yaml", 4, tmp_path / "sim", sites_per_process=2, keep=while_up,
         setup=f"{sys.executable} {FEDAVG / 'setup_data.py'} --sites-dir {{sites_dir}}",
         sets=["params.rounds=3"], say=lines.append)
     assert report.state == "completed", (report, lines)
-    assert report.secure and report.sites == 6 and len(report.round_s) == 3
-    assert report.peak_pss_bytes > 0 and report.peak_processes > 6
-    # Six sites in two parents (plus the hub's), every site its own identity.
+    assert report.secure and report.sites == 4 and len(report.round_s) == 3
+    assert report.peak_pss_bytes > 0 and report.peak_processes > 4
+    # Four sites in two parents (plus the hub's), every site its own identity.
     plans = sorted(p.name for p in (tmp_path / "sim" / "plans").iterdir())
     assert plans == ["sites-1.json", "sites-2.json"]
     assert any("services healthy" in line for line in lines)
-    assert any("server round 3: 6 sites" in line for line in lines), lines
+    assert any("server round 3: 4 sites" in line for line in lines), lines
 
     code, out, err = seen["show"]
     assert code == 0, err
@@ -51,7 +51,7 @@ def test_sim_fedavg_six_sites_is_a_normal_job(tmp_path: Path) -> None:
     job = json.loads(out)
     assert job["state"] == "completed"
     clients = sorted(w["site"] for w in job["workers"].values() if w["role"] == "client")
-    assert clients == [f"site-{i}" for i in range(1, 7)]
+    assert clients == [f"site-{i}" for i in range(1, 5)]
     [server] = [r["value"] for r in job["results"] if r["role"] == "server"]
     assert [r["sites"] for r in server["rounds"]] == [clients] * 3
     code, out, err = seen["replay"]
