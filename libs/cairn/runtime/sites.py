@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 STARTING_AT_ONCE = 4
 """Sites of one parent that start (connect, make their consumers) at the same time: fifty
 at once ask JetStream's API more than it answers within its timeout on a small machine."""
+
+
+THREADS = 32
 
 
 class SitePlan(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -81,6 +85,10 @@ def load_plan(path: str) -> ParentPlan:
 async def run_sites(plan: ParentPlan, stop: asyncio.Event | None = None) -> int:
     """Run `plan.services` for every site of the plan until stopped; the worst exit code."""
     stop = stop or asyncio.Event()
+    # asyncio's default pool (cpus + 4 threads) would be shared by every site's blocking
+    # steps (a launch prepares its folder, cgroup and code on threads).
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="cairn-sites"))
     options = check_options(plan.services, [f"{k}={v}" for k, v in plan.options.items()])
     configs = [ServiceConfig(nats_url=s.nats_url, site=s.site, site_config=s.site_config,
                              creds=s.creds, tls_ca=s.tls_ca, heartbeat_s=plan.heartbeat_s,
