@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from cairn.runtime.secure import Trust
 
 
-STARTING_AT_ONCE = 4
+STARTING_AT_ONCE = 8
 """Sites of one parent that start (connect, make their consumers) at the same time: fifty
 at once ask JetStream's API more than it answers within its timeout on a small machine."""
 
