@@ -102,3 +102,15 @@ def test_nvflare_is_importable_only_under_the_runner(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "cairn.flare.run", "nope.py"],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "nope.py: no such script" in missing.stderr
+
+
+def test_the_flare_servers_initial_model_comes_from_params() -> None:
+    from cairn.flare.server import initial_model
+
+    model = initial_model({"initial_model": {"numpy_key": [[1, 2], [3, 4]]}})
+    np.testing.assert_array_equal(model["numpy_key"], np.array([[1.0, 2.0], [3.0, 4.0]]))
+    assert initial_model({}) == {}  # FLARE sends an empty model when it has none
+    with pytest.raises(InvalidInput, match=r"initial_model\.w: not an array of numbers"):
+        initial_model({"initial_model": {"w": [[1, 2], [3]]}})
+    with pytest.raises(InvalidInput, match="must map parameter names to arrays"):
+        initial_model({"initial_model": [1, 2]})
