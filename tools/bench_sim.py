@@ -5,13 +5,15 @@
   completed, the server's wall time per round, and the peak memory of everything the
   simulation ran (PSS summed over every process: nats-server, parents, warm interpreters,
   workers; and RSS), sampled every second.
-- flare_hello_numpy: the FedAvg job of tests/data/flare/jobs/hello-numpy (exported with
-  FLARE's Job API; its trainer is examples/flare-numpy/app/client.py, a Client API trainer
-  in FLARE's hello-numpy style), 2 sites, 3 rounds, run twice in this run on this machine:
+- flare_hello_numpy: the FedAvg job of tests/data/flare/jobs/hello-numpy-diff (exported
+  with FLARE's Job API; its trainer is examples/flare-numpy/app/client.py, a Client API
+  trainer in FLARE's hello-numpy style, here sending DIFF updates weighed 1 and 3), 2 sites,
+  3 rounds, run twice in this run on this machine:
   by `nvflare simulator -n 2 -t 2` (PyPI nvflare in its own venv, tools/flare_venv.py)
   and, converted by `cairn job import-flare`, by `cairn sim --sites 2`. Whole command wall
   time each, and the interval between rounds (FLARE: the trainers' first line of each
-  round in its log; Cairn: the server's wall time per round).
+  round in its log; Cairn: the server's wall time per round). `same_trainer_lines`: whether
+  the trainers printed the same lines (the model each received, every round) on both.
 
 `run()` returns the section for `tools/bench.py`; progress goes to stderr.
 """
@@ -33,7 +35,9 @@ from cairn.runtime.sim import SimReport, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 FEDAVG = REPO / "examples" / "fedavg"
-FLARE_JOB = REPO / "tests" / "data" / "flare" / "jobs" / "hello-numpy"
+FLARE_JOB = REPO / "tests" / "data" / "flare" / "jobs" / "hello-numpy-diff"
+# What the trainer prints each round: the model it received, plus its step (rounded to 3).
+TRAINER_LINE = re.compile(r"(site-\d+: round \d+ of \d+: \w+ update, mean [\d.]+)")
 ROUND_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*site-\d+: round (\d+) of")
 MIB = 1024 * 1024
 
@@ -79,6 +83,7 @@ def flare_hello_numpy(base: Path) -> dict[str, Any]:
     import flare_venv
 
     result: dict[str, Any] = {}
+    flare_lines: list[str] = []
     python = flare_venv.python()
     if python is None:
         result["nvflare_simulator"] = {"skipped": "no nvflare venv (python tools/flare_venv.py)"}
@@ -90,6 +95,7 @@ def flare_hello_numpy(base: Path) -> dict[str, Any]:
                               capture_output=True, text=True, timeout=600)
         wall = time.monotonic() - t0
         rounds = _flare_rounds(done.stdout + done.stderr)
+        flare_lines = sorted(set(TRAINER_LINE.findall(done.stdout + done.stderr)))
         result["nvflare_simulator"] = {
             "nvflare": flare_venv.NVFLARE_VERSION, "exit_code": done.returncode,
             "wall_s": round(wall, 2), "round_interval_s": rounds,
@@ -103,9 +109,14 @@ def flare_hello_numpy(base: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     report = simulate(base / "converted" / "job.yaml", 2, base / "sim2", say=lambda _: None)
     result["cairn_sim"] = _summary(report, time.monotonic() - t0)
+    logs = "".join(p.read_text(errors="replace")
+                   for p in (base / "sim2" / "sites").glob("*/work/**/*.log"))
+    cairn_lines = sorted(set(TRAINER_LINE.findall(logs)))
     _say(f"cairn sim: {result['cairn_sim']['wall_s']}s")
     flare = result["nvflare_simulator"]
     if "wall_s" in flare:
+        result["same_trainer_lines"] = bool(cairn_lines) and cairn_lines == flare_lines
+        result["trainer_lines"] = cairn_lines
         result["flare_over_cairn_wall"] = round(flare["wall_s"] / result["cairn_sim"]["wall_s"],
                                                 1)
     return result

@@ -119,7 +119,7 @@ def test_the_committed_folders_are_what_flare_exports(tmp_path: Path) -> None:
         pytest.skip("no nvflare venv: python tools/flare_venv.py makes it (CI does)")
     subprocess.run([str(python), str(DATA / "export_jobs.py"), str(tmp_path)], check=True,
                    capture_output=True, timeout=300)
-    for job in ("hello-numpy", "hello-numpy-sag"):
+    for job in ("hello-numpy", "hello-numpy-diff", "hello-numpy-sag"):
         cmp = filecmp.dircmp(JOBS / job, tmp_path / job)
         assert _same(cmp), f"{job}: re-export differs; run tests/data/flare/export_jobs.py"
 

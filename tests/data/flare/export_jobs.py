@@ -8,6 +8,8 @@ runs them, and exports them again with this script to check they are what FLARE 
 
 - hello-numpy: FedAvg (num_rounds 3, 2 clients, an initial model) with the trainer of
   examples/flare-numpy/app/client.py on two sites, one sending FULL and one DIFF updates;
+- hello-numpy-diff: the same with both trainers sending DIFF updates (`make bench` runs it
+  on FLARE's simulator and on `cairn sim`, and compares what the trainers received);
 - hello-numpy-sag: the same trainer under ScatterAndGather with a numpy model persistor,
   the accumulating weighted aggregator and the full-model shareable generator, deployed to
   every site (`@ALL`).
@@ -33,10 +35,10 @@ INITIAL = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]
 TRAINER = Path(__file__).resolve().parents[3] / "examples" / "flare-numpy" / "app" / "client.py"
 
 
-def fedavg(out: Path) -> None:
-    job = FedJob(name="hello-numpy", min_clients=2)
+def fedavg(out: Path, name: str = "hello-numpy", first: str = "full") -> None:
+    job = FedJob(name=name, min_clients=2)
     job.to_server(FedAvg(num_clients=2, num_rounds=3, model={"numpy_key": INITIAL}))
-    for site, args in (("site-1", "--update_type full --lr 1.0 --steps 1"),
+    for site, args in (("site-1", f"--update_type {first} --lr 1.0 --steps 1"),
                        ("site-2", "--update_type diff --lr 2.0 --steps 3")):
         job.to(ScriptRunner(script="client.py", script_args=args,
                             framework=FrameworkType.NUMPY), site)
@@ -68,6 +70,7 @@ def main() -> None:
 
     os.chdir(work)  # the Job API takes the script from the working directory
     fedavg(out)
+    fedavg(out, "hello-numpy-diff", first="diff")
     scatter_and_gather(out)
     os.chdir(out)
     shutil.rmtree(work)
