@@ -34,6 +34,7 @@ SECTIONS = {
     "recipes": "bench_recipes",
     "control": "bench_control",
     "fedavg": "bench_fedavg",
+    "sim": "bench_sim",
     "stop": "bench_stop",
     "slurm": "bench_slurm",
     "evidence": "bench_evidence",
@@ -44,7 +45,6 @@ SECTIONS = {
     "security": "bench_security",
     "nonces": "bench_nonces",
     "guard": "bench_guard",
-    "sim": "bench_sim",
 }
 
 
