@@ -35,6 +35,7 @@ SECTIONS = {
     "recipes_aicr": "bench_recipes_aicr",
     "control": "bench_control",
     "fedavg": "bench_fedavg",
+    "sim": "bench_sim",
     "stop": "bench_stop",
     "slurm": "bench_slurm",
     "evidence": "bench_evidence",

@@ -34,7 +34,10 @@ def make(clients: list[str], *, seed: int = 0, n_train: int = 2000, n_test: int 
     """{site: {"train": (x, y), "test": (x, y)}} plus {"<public>": {"public_test": ...}}."""
     rng = np.random.default_rng(seed)
     w, b = rng.normal(size=DIM), 0.2
-    groups = np.array_split(np.arange(DIM), len(clients))
+    # Up to DIM sites, each its own group of dimensions; past that (`cairn sim --sites
+    # 100`), each site one dimension, the sites taking them in turn.
+    groups = (np.array_split(np.arange(DIM), len(clients)) if len(clients) <= DIM
+              else [np.array([i % DIM]) for i in range(len(clients))])
     for group in groups:
         # Every site's dimensions matter as much: no site could do well alone by luck.
         w[group] *= 2.0 / np.linalg.norm(w[group])

@@ -307,3 +307,61 @@ def new(name: str, template: str, parent: Path, output: str) -> None:
         click.echo(f"submit it: cairn job submit {folder / 'job.yaml'} --watch")
 
     emit(data, output, table)
+
+
+IMPORT_FLARE_HELP = """Convert an exported NVIDIA FLARE job folder DIR into a Cairn job folder.
+
+\b
+Reads DIR/meta.json and each app's config/config_fed_server.json and
+config_fed_client.json (JSON, as FLARE's Job API `export_job` writes them). The
+FedAvg or ScatterAndGather controller becomes the role `server` (Cairn's FedAvg,
+num_rounds -> params.rounds, min_clients -> params.min_sites); each client app's
+Client API trainer becomes a role with `api: flare` running its script,
+unchanged, with its arguments, at the FLARE sites it was deployed to (@ALL:
+every site; --site FLARE=CAIRN renames one).
+
+Anything it cannot map (other workflows, filters, model selectors, ...) is
+listed, one line each with the file and the place in it, and nothing is
+written (exit 3) unless --force, which writes the job without them.
+"""
+
+
+@job.command(name="import-flare", help=IMPORT_FLARE_HELP)
+@click.argument("folder", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The Cairn job folder to write (new or empty). Default: ./<job name>.")
+@click.option("--site", "sites", multiple=True, metavar="FLARE=CAIRN",
+              help="Run what FLARE deployed to site FLARE at Cairn site CAIRN (repeatable).")
+@click.option("--force", is_flag=True, help="Write the job even with components it cannot map.")
+@output_option()
+def import_flare(folder: Path, out: Path | None, sites: tuple[str, ...], force: bool,
+                 output: str) -> None:
+    from cairn.errors import InvalidInput
+    from cairn.flare.jobfolder import read_flare_job, write_cairn_job
+
+    renames = {}
+    for item in sites:
+        flare_site, sep, cairn_site = item.partition("=")
+        if not sep or not flare_site or not cairn_site:
+            raise click.UsageError(f"--site {item!r}: write FLARE=CAIRN")
+        renames[flare_site] = cairn_site
+    conv = read_flare_job(folder, renames)
+    for f in conv.unmapped:
+        click.echo(f"import-flare: not mapped: {f.component} ({f.file}: {f.where}): {f.note}",
+                   err=True)
+    if conv.unmapped and not force:
+        raise InvalidInput(f"{len(conv.unmapped)} FLARE component(s) of {folder} cannot be "
+                           "mapped (listed above); --force writes the job without them")
+    target = out or Path(conv.name)
+    written = write_cairn_job(conv, target, folder)
+    data = {"job": conv.name, "folder": str(target), "files": [str(p) for p in written],
+            "mapped": [vars(f) for f in conv.mapped],
+            "unmapped": [vars(f) for f in conv.unmapped]}
+
+    def table(d: dict[str, object]) -> None:
+        for f in conv.mapped:
+            click.echo(f"mapped {f.component.rsplit('.', 1)[-1]} ({f.where}): {f.note}")
+        click.echo(f"wrote {target / 'job.yaml'}")
+        click.echo(f"submit it: cairn job submit {target / 'job.yaml'} --watch")
+
+    emit(data, output, table)

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("cairn.cli.up:up", "Start an embedded federation on this machine."),
     "down": ("cairn.cli.up:down", "Stop the embedded federation started by `cairn up`."),
     "clean": ("cairn.cli.clean:clean", "Remove a stopped embedded federation's state (.cairn)."),
+    "sim": ("cairn.cli.sim:sim", "Run a job on N simulated sites of this machine."),
     "demo": ("cairn.cli.demo:demo", "Start a federation, run the demo job, print the timeline."),
     "run": ("cairn.cli.run:run", "Run one or several services in one process."),
     "deadletter": ("cairn.cli.deadletter:deadletter", "Inspect and redrive dead-lettered events."),

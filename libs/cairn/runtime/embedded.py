@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ class Process:
     services: tuple[str, ...]
     proc: subprocess.Popen[bytes] | ForkedProcess
     log: Path
+    more_sites: tuple[str, ...] = ()
+    """Further sites this process serves (`cairn.runtime.sites`), after `site`."""
 
 
 @dataclass
@@ -64,6 +67,11 @@ class EmbeddedFederation:
     """TLS, provisioned identities and the authority (see `cairn.runtime.secure`); False
     only for `cairn up --insecure`."""
     trust: Trust | None = None
+    sites_per_process: int = 1
+    """Sites but the hub served by one parent process (`cairn.runtime.sites`); 1: one
+    `cairn run` parent per site, as `cairn up` runs them."""
+    site_services: tuple[str, ...] = SITE_SERVICES
+    """The services of every site but the hub (`cairn sim`: agent and launcher only)."""
     _fork: bool = field(default=False, repr=False)
     _lock: DirLock | None = field(default=None, repr=False)
 
@@ -194,10 +202,36 @@ class EmbeddedFederation:
                     ("coordinator", "validator", "signer", *SITE_SERVICES),
                     ["--federation", str(self.federation_file), *evidence,
                      "--site-config", str(self.site_config(self.hub)), *options])
-        for site in self.sites[1:]:
-            self._spawn(f"site-{site}", site, SITE_SERVICES,
-                        ["--site-config", str(self.site_config(site)), *options])
+        if self.sites_per_process > 1:
+            self._spawn_grouped()
+        else:
+            for site in self.sites[1:]:
+                self._spawn(f"site-{site}", site, self.site_services,
+                            ["--site-config", str(self.site_config(site)), *options])
         self.record()
+
+    def _spawn_grouped(self) -> None:
+        """Parents that serve `sites_per_process` sites each, every site as its own identity."""
+        from cairn.runtime.sites import parent_plans, write_plan
+
+        assert self.nats is not None
+        (self.dir / "plans").mkdir(exist_ok=True)
+        plans = parent_plans(self.sites[1:], self.sites_per_process, self.site_config,
+                             services=self.site_services, nats_url=self.nats.url,
+                             trust=self.trust, heartbeat_s=self.heartbeat_s,
+                             options=self.site_options)
+        for index, plan in enumerate(plans, 1):
+            name = f"sites-{index}"
+            path = write_plan(self.dir / "plans" / f"{name}.json", plan)
+            log = self.dir / "logs" / f"{name}.log"
+            with open(log, "ab") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "cairn.runtime.sites", str(path)], stdout=out,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(),
+                    start_new_session=True)
+            group = tuple(s.site for s in plan.sites)
+            self.processes.append(Process(name, group[0], self.site_services, proc, log,
+                                          more_sites=group[1:]))
 
     def record(self) -> None:
         """Write down in the directory's lock what runs now (after a start or a restart), so
@@ -265,14 +299,17 @@ class EmbeddedFederation:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self._env(),
                                     start_new_session=True)
-        self.processes.append(Process(p.name, p.site, p.services, proc, p.log))
+        self.processes.append(Process(p.name, p.site, p.services, proc, p.log, p.more_sites))
         self.record()
 
     def expected(self) -> list[tuple[str, str]]:
-        return [(svc, p.site) for p in self.processes for svc in p.services]
+        return [(svc, site) for p in self.processes for site in (p.site, *p.more_sites)
+                for svc in p.services]
 
-    async def wait_healthy(self, timeout: float = 30.0) -> float:
-        """Ping every service's health subject until all say ready; returns seconds taken."""
+    async def wait_healthy(self, timeout: float = 30.0,
+                           progress: Callable[[int, int], None] | None = None) -> float:
+        """Ping every service's health subject until all say ready; returns seconds taken.
+        `progress(ready, total)` is called whenever more have answered."""
         from cairn.bus import Bus
         from cairn.runtime.health import is_ready
 
@@ -283,19 +320,27 @@ class EmbeddedFederation:
                                 creds=auth.get("creds"), tls=context.tls_context(
                                     auth.get("tls_ca"), None, None))
         try:
+            async def ready(svc: str, site: str) -> bool:
+                try:
+                    reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
+                except Exception:
+                    return False
+                return is_ready(reply)
+
             pending = set(self.expected())
+            total, told = len(pending), -1
             while pending:
+                if progress is not None and total - len(pending) != told:
+                    told = total - len(pending)
+                    progress(told, total)
                 for proc in self.processes:
                     if proc.proc.poll() is not None:
                         raise Unavailable(f"{proc.name} exited with {proc.proc.returncode}; "
                                           f"see {proc.log}")
-                for svc, site in list(pending):
-                    try:
-                        reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
-                    except Exception:
-                        continue
-                    if is_ready(reply):
-                        pending.discard((svc, site))
+                # All at once: a simulated federation has hundreds of services to ask.
+                asked = sorted(pending)
+                answers = await asyncio.gather(*(ready(svc, site) for svc, site in asked))
+                pending.difference_update(k for k, ok in zip(asked, answers, strict=True) if ok)
                 if pending and time.monotonic() - t0 > timeout:
                     raise Timeout(f"not healthy after {timeout:g}s: "
                                   + ", ".join(f"{s}@{t}" for s, t in sorted(pending)))

@@ -239,8 +239,9 @@ def load_service(name: str, config: ServiceConfig) -> Service:
 
 
 async def run(names: Sequence[str], config: ServiceConfig,
-              stop: asyncio.Event | None = None) -> int:
-    """Run services until `stop` is set or SIGTERM/SIGINT arrives. Returns an exit code."""
+              stop: asyncio.Event | None = None, started: asyncio.Event | None = None) -> int:
+    """Run services until `stop` is set or SIGTERM/SIGINT arrives. Returns an exit code.
+    `started` is set once every service has started (or the run ended before)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -264,6 +265,8 @@ async def run(names: Sequence[str], config: ServiceConfig,
             await service.start(runtime)
             await runtime.serve(subjects.health(service.name, site), _health(service, runtime))
         log.info("ready in %.3fs: %s at site %s", time.monotonic() - t0, label, site)
+        if started is not None:
+            started.set()
         lost = asyncio.ensure_future(bus.lost.wait())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -57,6 +57,7 @@ class _RawRole(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     placement: Placement | None = None
     sites: str | list[str] = "all"
     min_sites: int | None = None
+    api: Literal["cairn", "flare"] = "cairn"
 
 
 class _RawRequires(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -86,7 +87,9 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     """One role of a job.
 
     Attributes:
-        entrypoint: The command the worker runs, split with `shlex` (see `argv`).
+        entrypoint: The command the worker runs, split with `shlex` (see `argv`); for a
+            role written with `api: flare`, the trainer's command under
+            `python -m cairn.flare.run` (FLARE's Client API, `cairn.flare`).
         resources: What one worker of this role needs (on each node, for several nodes).
         nodes: Nodes one worker spans (a multi-node batch job: a rank per node).
         placement: `hub` (the federation's hub site) or `sites` (one worker per chosen site).
@@ -218,6 +221,9 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
         raise where.error((*at, "entrypoint"), f"cannot be split into words: {exc}") from None
     if not argv:
         raise where.error((*at, "entrypoint"), "must name a command")
+    entrypoint = raw.entrypoint
+    if raw.api == "flare":
+        entrypoint = _flare_entrypoint(where, at, argv)
     res = (*at, "resources")
     resources = Resources(
         gpus=where.check((*res, "gpus"), parse_gpus, raw.resources.gpus),
@@ -242,7 +248,7 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
                     "a hub role runs once, on the federation's hub "
                     "site; it takes no sites or min_sites",
                 )
-        return Role(entrypoint=raw.entrypoint, resources=resources, placement="hub",
+        return Role(entrypoint=entrypoint, resources=resources, placement="hub",
                     nodes=nodes)
     sites: Literal["all"] | tuple[str, ...]
     if isinstance(raw.sites, str):
@@ -264,13 +270,26 @@ def _role(where: Located, name: str, raw: _RawRole) -> Role:
                 (*at, "min_sites"), f"{raw.min_sites} is more than the {len(sites)} sites listed"
             )
     return Role(
-        entrypoint=raw.entrypoint,
+        entrypoint=entrypoint,
         resources=resources,
         placement="sites",
         sites=sites,
         min_sites=raw.min_sites,
         nodes=nodes,
     )
+
+
+FLARE_RUNNER = "python -m cairn.flare.run"
+
+
+def _flare_entrypoint(where: Located, at: PathKey, argv: list[str]) -> str:
+    """`api: flare`: the trainer runs under Cairn's FLARE Client API (`cairn.flare.run`)."""
+    script = argv[1:]
+    if (argv[0] not in ("python", "python3") or not script
+            or (script[0].startswith("-") and script[0] != "-m") or script == ["-m"]):
+        raise where.error((*at, "entrypoint"), "a role with api: flare runs a Python "
+                          "trainer: write `python SCRIPT [ARGS]` or `python -m MODULE [ARGS]`")
+    return f"{FLARE_RUNNER} {shlex.join(script)}"
 
 
 def _code_dir(where: Located, code: str, base: Path) -> str:

@@ -74,6 +74,12 @@ class SyncWorker:
     def receive(self, topic: str, timeout: float = 60.0) -> Message:
         return self._run(self.worker.receive(topic, timeout))
 
+    def poll(self, topic: str) -> Message | None:
+        return self._run(self.worker.poll(topic))
+
+    def watch_job(self, timeout: float = 10.0) -> None:
+        self._run(self.worker.watch_job(timeout))
+
     def request(self, role: str, rank: int, topic: str, payload: Any,
                 timeout: float = 60.0) -> Message:
         return self._run(self.worker.request(role, rank, topic, payload, timeout))

@@ -29,6 +29,7 @@ import socket
 import struct
 import subprocess
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,43 @@ RESTART_AFTER_S = 30.0
 # not slow a federation's start; a launch before then starts it at once.
 START_DELAY_S = 1.0
 _LEN = struct.Struct(">I")
+
+
+_Key = tuple[str, tuple[tuple[str, str], ...]]
+# Per event loop: a zygote's lock and timer belong to the loop it was made on.
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, tuple[Zygote, int]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def shared_zygote(python: str, env: dict[str, str]) -> Zygote:
+    """The zygote for this interpreter and environment on this event loop, made on first
+    use (without a running loop, a zygote of its own).
+
+    Several launchers in one process (`cairn.runtime.sites`: many simulated sites) share
+    one warm interpreter instead of one each; a launch's own environment, working
+    directory and limits travel with each request, so a shared one starts every worker as
+    its own would. Give it back with `release_zygote`."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return Zygote(python, env)
+    shared = _SHARED.setdefault(loop, {})
+    key = (python, tuple(sorted(env.items())))
+    zygote, users = shared.get(key) or (Zygote(python, env), 0)
+    shared[key] = (zygote, users + 1)
+    return zygote
+
+
+async def release_zygote(zygote: Zygote) -> None:
+    """One launcher less uses `zygote`; the last one closes it."""
+    shared = _SHARED.get(asyncio.get_running_loop(), {})
+    for key, (known, users) in list(shared.items()):
+        if known is zygote:
+            if users > 1:
+                shared[key] = (known, users - 1)
+                return
+            del shared[key]
+    await zygote.close()
 
 
 def enabled_by_env() -> bool:

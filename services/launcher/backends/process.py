@@ -55,7 +55,7 @@ from cairn.launcher.backends._memlimit import (
 from cairn.launcher.backends._sandbox import Protected
 from cairn.launcher.backends._spawn import start_worker
 from cairn.launcher.backends._uids import UidPool
-from cairn.launcher.backends._warm import Zygote, enabled_by_env
+from cairn.launcher.backends._warm import enabled_by_env, release_zygote, shared_zygote
 from cairn.launcher.backends._watching import (
     already_known,
     find_watch,
@@ -170,7 +170,7 @@ class ProcessBackend:
         self._uids = UidPool(self.isolation.uids) if self.isolation.uids else None
         self._zygote = (
             # The endpoint tells the zygote to preload the tracing SDK (see _zygote.py).
-            Zygote(self.python, {**host_start_env(self.python, home=str(self.root)),
+            shared_zygote(self.python, {**host_start_env(self.python, home=str(self.root)),
                                  **{k: v for k in ("OTEL_EXPORTER_OTLP_ENDPOINT",)
                                     if (v := os.environ.get(k))}})
             if warm and enabled_by_env()
@@ -293,7 +293,7 @@ class ProcessBackend:
         """Stop watching; the workers keep running, for a restarted launcher to reattach."""
         await stop_watching(self._watches)
         if self._zygote is not None:
-            await self._zygote.close()
+            await release_zygote(self._zygote)
 
     # -- internals -----------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""`nvflare.app_common.np`."""
