@@ -103,16 +103,39 @@ class FakeNats:
 
 def test_after_the_bus_restarts_it_says_when_every_service_answers_again() -> None:
     fed = FakeFederation(nats=FakeNats(FakeProc(7)),
-                         healthy=["ok", "not healthy after 30s: api@hub"])
+                         healthy=["ok", "coordinator exited with 7", "not healthy: api@hub",
+                                  "ok", "still not: api@hub", "still not: api@hub"])
     clock, lines = Clock(), []
-    sup = Supervisor(fed, say=lines.append, backoff=(0.5,), clock=clock)  # type: ignore[arg-type]
-    for outcome in ("every service answers again (1.2s after the restart)",
-                    "services did not all answer again: not healthy after 30s: api@hub"):
+    sup = Supervisor(fed, say=lines.append, backoff=(0.5,), clock=clock,  # type: ignore[arg-type]
+                     rejoin_s=10)
+
+    def bus_dies_and_comes_back() -> None:
         fed.nats.proc.returncode = -9
         sup.check()
         assert lines[-1].startswith("nats-server exited with -9; restarting it on port 4222")
         clock.now += 0.5
-        sup.check()
-        assert lines[-2].startswith("nats-server restarted on tls://127.0.0.1:4222")
-        assert lines[-1] == outcome
-    assert sup.restarts == {"nats-server": 2}
+
+    bus_dies_and_comes_back()
+    sup.check()  # restarted, and at once every service answers
+    assert lines[-2].startswith("nats-server restarted on tls://127.0.0.1:4222")
+    assert lines[-1] == "every service answers again (0.0s after the bus's restart)"
+
+    bus_dies_and_comes_back()
+    sup.check()  # a parent exited meanwhile (it is restarted by the same passes)
+    assert lines[-1].startswith("nats-server restarted on")
+    clock.now += 1
+    sup.check()
+    assert lines[-1].startswith("nats-server restarted on"), "not yet: nothing said"
+    clock.now += 1.5
+    sup.check()
+    assert lines[-1] == "every service answers again (2.5s after the bus's restart)"
+
+    bus_dies_and_comes_back()
+    sup.check()
+    clock.now += 11
+    sup.check()
+    assert lines[-1] == ("services did not all answer again within 10s of the bus's restart: "
+                         "still not: api@hub")
+    sup.check()
+    assert fed.healthy == [], "and then it stops asking"
+    assert sup.restarts == {"nats-server": 3}

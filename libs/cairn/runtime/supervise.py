@@ -58,6 +58,11 @@ def _bindable(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+REJOIN_PING_S = 1.0
+"""How long one pass's health round may take after a bus restart (the supervisor's loop waits
+that long at most before it looks at its processes again)."""
+
+
 @dataclass
 class _Watch:
     """Restart bookkeeping for one supervised process."""
@@ -84,8 +89,10 @@ class Supervisor:
     backoff: Sequence[float] = BACKOFF_S
     steady_s: float = STEADY_S
     clock: Callable[[], float] = time.monotonic
-    rejoin_s: float = 30.0
+    rejoin_s: float = 60.0
     """How long to wait, after the bus came back, for every service to answer again."""
+    _rejoin_since: float | None = None
+    """When the bus was restarted, while not every service answers again yet."""
     restarts: dict[str, int] = field(default_factory=dict)
     """Name -> restarts so far (`nats-server` for the bus), for reports and tests."""
     _watches: dict[str, _Watch] = field(default_factory=dict)
@@ -95,6 +102,25 @@ class Supervisor:
         self._check_nats()
         for p in list(self.fed.processes):
             self._check_parent(p.name)
+        self._check_rejoin()
+
+    def _check_rejoin(self) -> None:
+        """After the bus came back: one short round of health pings per pass (a parent may
+        still be reconnecting, or be restarted in between), until all answer or `rejoin_s`."""
+        since = self._rejoin_since
+        if since is None:
+            return
+        try:
+            asyncio.run(self.fed.wait_healthy(REJOIN_PING_S))
+        except CairnError as exc:
+            if self.clock() - since >= self.rejoin_s:
+                self._rejoin_since = None
+                self.say(f"services did not all answer again within {self.rejoin_s:g}s "
+                         f"of the bus's restart: {exc}")
+            return
+        self._rejoin_since = None
+        self.say(f"every service answers again ({self.clock() - since:.1f}s after the "
+                 "bus's restart)")
 
     def _watch(self, name: str) -> _Watch:
         return self._watches.setdefault(name, _Watch(started_at=self.clock()))
@@ -131,14 +157,10 @@ class Supervisor:
             return
         self._started("nats-server", watch)
         self.say(f"nats-server restarted on {nats.url} (pid {nats.proc.pid if nats.proc else '?'})")
-        # Every parent reconnects on its own; until each answers again, commands in the
-        # operator's other terminal would be told "nothing answers". Say when they do.
-        try:
-            took = asyncio.run(self.fed.wait_healthy(self.rejoin_s))
-        except CairnError as exc:
-            self.say(f"services did not all answer again: {exc}")
-        else:
-            self.say(f"every service answers again ({took:.1f}s after the restart)")
+        # Every parent reconnects on its own (or exits 7 and is restarted below); until each
+        # answers again, commands in the operator's other terminal are told "nothing
+        # answers". `_check_rejoin` says when they do.
+        self._rejoin_since = self.clock()
 
     def _check_parent(self, name: str) -> None:
         watch = self._watch(name)
