@@ -76,25 +76,49 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-class _Side:
-    """One client's workflow state and filters, kept across rounds."""
+class ClientSide:
+    """One client's workflow state and privacy filters, kept across rounds; the part of
+    `run_client` that is not messaging (a test or a notebook can drive it directly)."""
 
     def __init__(self, rule: PrivacyRule | None) -> None:
         self.filter = PrivacyFilter(rule) if rule is not None else None
-        self.state: ClientState | None = None
+        self.state: ClientState = ClientState()
         self.key: tuple[str, str] | None = None
+        self.local: Model = None  # the last trained model (its excluded parameters stay)
 
-    def state_for(self, described: Any) -> tuple[str, ClientState]:
-        name = str((described or {}).get("name", "fedavg"))
-        params = dict((described or {}).get("params") or {})
+    def prepare(self, task: dict[str, Any]) -> tuple[ClientRound, Model]:
+        """The round's context and the model to train from."""
+        described = task.get("workflow") or {}
+        name = str(described.get("name", "fedavg"))
+        params = dict(described.get("params") or {})
         key = (name, repr(sorted(params.items())))
-        if self.state is None or key != self.key:
+        if key != self.key:
             try:
                 self.state = make_workflow(name, params).client()
             except InvalidInput:
                 self.state = ClientState()  # a server's own aggregation: nothing to add
             self.key = key
-        return name, self.state
+        received = task["model"]
+        ctx = self.state.round(int(task["round"]), task, received, name)
+        start = received
+        if self.filter is not None and self.local is not None:
+            start = self.filter.keep_local(received, self.local)
+        return ctx, start
+
+    def finish(self, ctx: ClientRound, out: TrainResult) -> dict[str, Any]:
+        """The update to send for what `train` returned, filtered."""
+        weights, n = out[0], float(out[1])
+        metrics = {k: float(v) for k, v in (out[2] if len(out) > 2 else {}).items()}
+        extras = self.state.extras(ctx, weights)
+        self.local = weights
+        if self.filter is not None:
+            weights, report = self.filter.update(weights, ctx.global_model)
+            if "control_delta" in extras:
+                extras["control_delta"], more = self.filter.extra(extras["control_delta"])
+                report.update({k: v for k, v in more.items() if k == "dp_epsilon"})
+            metrics.update(report)
+        return {"round": ctx.round, "weights": weights, "n": n, "metrics": metrics,
+                "extras": extras}
 
 
 async def run_client(worker: Worker, train: Train, *, server_role: str | None = None,
@@ -117,11 +141,10 @@ async def run_client(worker: Worker, train: Train, *, server_role: str | None = 
     idle = float(idle_timeout if idle_timeout is not None
                  else worker.params.get("client_timeout", 600.0))
     await worker.watch_job()
-    side = _Side(privacy_in_force(worker))
+    side = ClientSide(privacy_in_force(worker))
     with_ctx = _takes_context(train)
     await worker.send(server, 0, "ready", {"site": worker.site})
     done = 0
-    local: Model = None  # this site's last trained model (its excluded parameters stay here)
     while True:
         msg = await _next_task(worker, (server, 0), idle)
         if msg is None:
@@ -136,27 +159,13 @@ async def run_client(worker: Worker, train: Train, *, server_role: str | None = 
         if "evaluate" in task:
             await answer_evaluation(worker, server, rnd, task["evaluate"], evaluate)
             continue
-        received = task["model"]
-        name, state = side.state_for(task.get("workflow"))
-        ctx: ClientRound = state.round(rnd, task, received, name)
-        start = received
-        if side.filter is not None and local is not None:
-            start = side.filter.keep_local(received, local)
+        ctx, start = side.prepare(task)
         t0 = time.perf_counter()
         out = await (_call(train, start, rnd, ctx) if with_ctx else _call(train, start, rnd))
         compute_s = time.perf_counter() - t0
-        weights, n = out[0], float(out[1])
-        metrics = dict(out[2]) if len(out) > 2 else {}
-        extras = state.extras(ctx, weights)
-        local = weights
-        if side.filter is not None:
-            weights, report = side.filter.update(weights, received)
-            if "control_delta" in extras:
-                extras["control_delta"], more = side.filter.extra(extras["control_delta"])
-                report.update({k: v for k, v in more.items() if k == "dp_epsilon"})
-            metrics.update(report)
-        await worker.send(server, 0, "update", {"round": rnd, "weights": weights, "n": n,
-                                                "compute_s": compute_s, "metrics": metrics,
-                                                "extras": extras})
-        await worker.metric(rnd, compute_s=compute_s, n_samples=n, **metrics)
+        update = side.finish(ctx, out)
+        update["compute_s"] = compute_s
+        await worker.send(server, 0, "update", update)
+        await worker.metric(rnd, compute_s=compute_s, n_samples=update["n"],
+                            **update["metrics"])
         done += 1
