@@ -57,7 +57,7 @@ class FedAdam(_FedOpt):
 
     def __init__(self, params: FedAdamParams | None = None) -> None:
         super().__init__()
-        p = params or FedAdamParams()
+        p = self.params = params or FedAdamParams()
         self.server_lr, self.beta_1, self.beta_2, self.tau = (p.server_lr, p.beta_1,
                                                               p.beta_2, p.tau)
 
@@ -76,7 +76,7 @@ class FedYogi(_FedOpt):
 
     def __init__(self, params: FedYogiParams | None = None) -> None:
         super().__init__()
-        p = params or FedYogiParams()
+        p = self.params = params or FedYogiParams()
         self.server_lr, self.beta_1, self.beta_2, self.tau = (p.server_lr, p.beta_1,
                                                               p.beta_2, p.tau)
 
@@ -91,7 +91,7 @@ class FedAdagrad(_FedOpt):
 
     def __init__(self, params: FedAdagradParams | None = None) -> None:
         super().__init__()
-        p = params or FedAdagradParams()
+        p = self.params = params or FedAdagradParams()
         self.server_lr, self.beta_1, self.tau = p.server_lr, p.beta_1, p.tau
 
     def _second_moment(self, v: np.ndarray, d: np.ndarray) -> np.ndarray:
