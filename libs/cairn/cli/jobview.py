@@ -112,6 +112,37 @@ def print_job(job: JobState) -> None:
         # into a table cell.
         click.echo("results:")
         click.echo(_indent(yaml_text([_result(r) for r in job.results])))
+        for r in job.results:
+            matrix = r.value.get(CROSS_SITE) if isinstance(r.value, dict) else None
+            if isinstance(matrix, dict):
+                print_cross_site(matrix)
+
+
+CROSS_SITE = "cross_site_evaluation"
+"""The key of a result value that holds a cross-site evaluation matrix
+(`cairn.worker.workflows.crosssite`): `cairn job show` draws it as a table too."""
+
+
+def print_cross_site(matrix: dict[str, Any]) -> None:
+    """The matrix as a table: a row per evaluating site, a column per model, each cell
+    that site's first metric of that model (the YAML above has them all)."""
+    models = [str(m) for m in matrix.get("models") or []]
+    scores = matrix.get("scores") or {}
+    if not models or not isinstance(scores, dict):
+        return
+    metric = next((k for row in scores.values() if isinstance(row, dict)
+                   for cell in row.values() if isinstance(cell, dict) for k in cell), "")
+    rows = []
+    for site, row in sorted(scores.items()):
+        cells = [row.get(m, {}).get(metric) if isinstance(row, dict) else None for m in models]
+        rows.append((str(site), *(f"{c:.4f}" if isinstance(c, int | float) else "-"
+                                  for c in cells)))
+    missing = matrix.get("missing") or {}
+    caption = "; ".join(f"{s}: {why}" for s, why in sorted(missing.items())) or None
+    print_table(f"cross-site evaluation ({metric or 'no metrics'}: rows evaluate, columns "
+                "are models)", [Column("site", keep=True), *(Column(m, keep=True)
+                                                             for m in models)],
+                rows, caption=caption)
 
 
 def _result(r: JobResult) -> dict[str, Any]:
