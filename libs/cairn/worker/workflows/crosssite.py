@@ -53,7 +53,7 @@ async def cross_site_evaluation(worker: Worker, rnd: int, model: Any,
                                 limit: float) -> CrossSite:
     """Ask every live client to score every model; the matrix of what came back in time."""
     columns = _model_names(last_local)
-    models = {GLOBAL: model, **{columns[s]: m for s, m in last_local.items()}}
+    models = {GLOBAL: model, **{columns[s]: last_local[s] for s in columns}}
     await worker.broadcast("task", {"round": rnd, "evaluate": models})
     asked = {known[k]: k for k in alive() if k in known}
     scores: dict[str, dict[str, dict[str, float]]] = {}
