@@ -4,9 +4,10 @@ turns DP off, noising the updates of one that does not)."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
-import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,6 +23,16 @@ REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
 FEDAVG = REPO / "examples" / "fedavg"
 pytestmark = pytest.mark.slow
+
+
+def _setup_data(example: Path) -> ModuleType:
+    """An example's setup_data.py, by path: several examples have one of that name."""
+    spec = importlib.util.spec_from_file_location(f"setup_data_{example.name}",
+                                                  example / "setup_data.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _job(tmp_path: Path, example: Path, edit: dict[str, Any]) -> Path:
@@ -43,9 +54,7 @@ async def test_digits_cnn_over_three_non_iid_sites_with_cross_site_evaluation(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch", reason="the digits example needs torch (make setup)")
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (make setup)")
-    sys.path.insert(0, str(DIGITS))
-    import setup_data
-
+    setup_data = _setup_data(DIGITS)
     sites = ("hub", "site-a", "site-b", "site-c")
     async with running(make_federation(tmp_path, sites)) as fed:
         setup_data.write(fed.dir / "sites", hub=fed.hub)
@@ -59,7 +68,6 @@ async def test_digits_cnn_over_three_non_iid_sites_with_cross_site_evaluation(
     value = _server_value(final)
     assert value["workflow"] == "fedavg"
     assert value["accuracy"][-1] >= 0.90, value["accuracy"]
-    print(value["accuracy"], value["rounds"])
     matrix = value["cross_site_evaluation"]
     assert matrix["models"] == ["global", "site-a", "site-b", "site-c"]
     assert sorted(matrix["scores"]) == ["site-a", "site-b", "site-c"] and not matrix["missing"]
@@ -79,10 +87,7 @@ async def test_digits_cnn_over_three_non_iid_sites_with_cross_site_evaluation(
 
 async def test_a_sites_privacy_rule_is_enforced(tmp_path: Path) -> None:
     async with running(make_federation(tmp_path)) as fed:
-        sys.path.insert(0, str(FEDAVG))
-        import setup_data
-
-        setup_data.write(fed.dir / "sites", hub=fed.hub)
+        _setup_data(FEDAVG).write(fed.dir / "sites", hub=fed.hub)
         policy = default_policy(fed, "site-a")
         policy["privacy"] = {"dp": {"clip": 5.0, "noise_multiplier": 0.05, "delta": 1e-5}}
         await rewrite_runtime(fed, "site-a", {"demo": policy})
@@ -106,7 +111,8 @@ async def test_a_sites_privacy_rule_is_enforced(tmp_path: Path) -> None:
     assert refused.state != "completed"
     # The other job ran, and site-a's updates were clipped and noised at the site: its agent
     # said so in its acceptance, and the epsilon the site spent is in the server's metrics.
-    assert noised.state == "completed", (noised.reasons, noised.workers)
+    assert noised.state == "completed", (noised.message, noised.reasons, [
+        (k, w.state, w.exit_code, w.cause, w.message) for k, w in noised.workers.items()])
     accepted = {e.site: e for e in events if isinstance(e, ev.DeploymentAccepted)
                 and e.job == noised.job}
     assert accepted["site-a"].privacy is not None and accepted["site-a"].privacy.dp is not None
