@@ -75,5 +75,5 @@ def test_a_client_that_sends_another_model_is_named() -> None:
 
     start = {"w": np.zeros(3), "b": np.zeros(1)}
     odd = Update(site="site-z", n=1.0, weights={"w": np.zeros(3)})
-    with pytest.raises(InvalidInput, match="site site-z .*missing: b"):
+    with pytest.raises(InvalidInput, match=r"site site-z .*missing: b"):
         FedAvg().aggregate(1, start, [odd])
