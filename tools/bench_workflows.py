@@ -125,6 +125,7 @@ async def _state_dict(base: Path) -> dict[str, Any]:
     try:
         sender = await Bus.connect(server.url, name="bench-sender")
         receiver = await Bus.connect(server.url, name="bench-receiver")
+        await sender.ensure_study("bench")
         try:
             a = DataPlane(sender, study="bench", job="j-bench", site="hub", role="server",
                           rank=0)

@@ -31,6 +31,7 @@ from cairn.yamlfile import PathKey, YamlDocument, convert
 
 MAX_ROUNDS = 100_000
 MAX_EXCLUDE = 1000
+MAX_MIN_SITES = 10_000  # as a job role's min_sites (cairn.spec.job.MAX_SITES)
 
 
 class FedAvgParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -161,8 +162,9 @@ def parse_workflow(doc: YamlDocument, where: Located, data: Any,
             _in_range(where, (*at, "params", key), key, float(getattr(params, key)))
     if raw.rounds is not None and not 1 <= raw.rounds <= MAX_ROUNDS:
         raise where.error((*at, "rounds"), f"must be between 1 and {MAX_ROUNDS}")
-    if raw.min_sites is not None and raw.min_sites < 1:
-        raise where.error((*at, "min_sites"), "must be 1 or more")
+    if raw.min_sites is not None and not 1 <= raw.min_sites <= MAX_MIN_SITES:
+        raise where.error((*at, "min_sites"), "must be 1 or more" if raw.min_sites < 1
+                          else f"{raw.min_sites} is more than the limit of {MAX_MIN_SITES}")
     timeout = None
     if raw.round_timeout is not None:
         timeout = float(where.check((*at, "round_timeout"), parse_duration, raw.round_timeout))
