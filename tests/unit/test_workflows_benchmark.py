@@ -77,3 +77,25 @@ def test_a_client_that_sends_another_model_is_named() -> None:
     odd = Update(site="site-z", n=1.0, weights={"w": np.zeros(3)})
     with pytest.raises(InvalidInput, match=r"site site-z .*missing: b"):
         FedAvg().aggregate(1, start, [odd])
+
+
+@pytest.mark.parametrize(("payload", "problem"), [
+    ({"weights": {"w": np.zeros(3), "b": np.zeros(1)}, "n": -1}, "sample count of -1"),
+    ({"weights": {"w": np.array([0.0, np.nan, 0.0]), "b": np.zeros(1)}, "n": 1},
+     "w with values that are not finite"),
+    ({"weights": {"w": np.zeros(4), "b": np.zeros(1)}, "n": 1}, "w of shape (4,)"),
+    ({"weights": {"w": np.zeros(3)}, "n": 1}, "missing: b"),
+    ({"n": 1}, "malformed update"),
+    (["not", "a", "dict"], "malformed update"),
+])
+def test_a_servers_round_drops_an_update_it_cannot_aggregate(payload: object,
+                                                             problem: str) -> None:
+    from cairn.worker.rounds import _refusal
+
+    start = {"w": np.zeros(3), "b": np.zeros(1)}
+    why = _refusal(FedAvg(), start, "site-z", payload)
+    assert why is not None and "site-z" in why and problem in why
+    good = {"weights": {"w": np.ones(3), "b": np.ones(1)}, "n": 5, "extras": {}}
+    assert _refusal(FedAvg(), start, "site-a", good) is None
+    scaffold = make_workflow("scaffold")
+    assert "no control_delta" in (_refusal(scaffold, start, "site-a", good) or "")

@@ -33,6 +33,8 @@ running past the grace (cause `outlived-server`).
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ from cairn.worker.workflows.crosssite import CrossSite, cross_site_evaluation
 __all__ = ["Aggregate", "CrossSite", "Evaluate", "RoundReport", "RoundsResult", "TooFewSites",
            "Train", "TrainResult", "fedavg", "run_client", "run_server"]
 
+log = logging.getLogger("cairn.worker.rounds")
 W = TypeVar("W")
 Model = Any
 Aggregate = Callable[[list[tuple[Model, float]]], Model]
@@ -263,6 +266,7 @@ async def _round(worker: Worker, workflow: Workflow, rnd: int, model: Model,
     workflow.known_clients(len(alive()))
     await worker.broadcast("task", _task(workflow, rnd, model))
     answers: dict[tuple[str, int], dict[str, Any]] = {}
+    dropped: list[str] = []
     deadline = t0 + cfg.limit
     while True:
         while (late := await worker.poll("ready")) is not None:
@@ -281,8 +285,15 @@ async def _round(worker: Worker, workflow: Workflow, rnd: int, model: Model,
             continue
         key = (msg.sender_role, msg.sender_rank)
         known[key] = msg.sender_site
-        if msg.payload.get("round") == rnd:
-            answers[key] = msg.payload  # an answer to an older round is dropped
+        if _payload_round(msg.payload) != rnd:
+            continue  # an answer to an older round is dropped
+        if (why := _refusal(workflow, model, msg.sender_site, msg.payload)) is not None:
+            # Input like any other: said in the log and the round's metrics, not a crash.
+            log.warning("round %d: dropped the update of %s: %s", rnd, msg.sender_site, why)
+            known.pop(key, None)  # not waited for again until it answers properly
+            dropped.append(msg.sender_site)
+            continue
+        answers[key] = msg.payload
     if len(answers) < cfg.need:
         raise TooFewSites(f"too few sites: {len(answers)} of {cfg.need} needed answered "
                           f"round {rnd} within {cfg.limit:g}s")
@@ -292,33 +303,62 @@ async def _round(worker: Worker, workflow: Workflow, rnd: int, model: Model,
     new_model = await asyncio.to_thread(workflow.aggregate, rnd, model, updates)
     for u in updates:
         last_local[u.site] = u.weights
-    return _report(rnd, t0, updates, list(answers.values())), new_model
+    report = _report(rnd, t0, updates, list(answers.values()))
+    if dropped:
+        report.metrics["dropped_updates"] = float(len(dropped))
+    return report, new_model
 
 
-def _update(site: str, answer: dict[str, Any]) -> Update:
+def _seconds(value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return max(0.0, float(value)) if ok else 0.0
+
+
+def _numbers(metrics: Any) -> dict[str, float]:
+    """The finite numbers of a client's metrics (anything else it sent is ignored)."""
+    if not isinstance(metrics, dict):
+        return {}
+    return {str(k): float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _payload_round(payload: Any) -> Any:
+    return payload.get("round") if isinstance(payload, dict) else None
+
+
+def _refusal(workflow: Workflow, model: Model, site: str, payload: Any) -> str | None:
+    """Why an update cannot be aggregated, or None when it can."""
+    try:
+        workflow.check(model, _update(site, payload))
+    except InvalidInput as exc:
+        return exc.message
+    return None
+
+
+def _update(site: str, answer: Any) -> Update:
     try:
         return Update(site=site, weights=answer["weights"], n=float(answer["n"]),
                       extras=dict(answer.get("extras") or {}))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidInput(f"site {site} sent a malformed update: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidInput(f"site {site} sent a malformed update ({type(exc).__name__}: "
+                           f"{exc})") from None
 
 
 def _report(rnd: int, t0: float, updates: list[Update],
             answers: list[dict[str, Any]]) -> RoundReport:
     metrics: dict[str, float] = {}
-    names = {k for a in answers for k in (a.get("metrics") or {})}
-    for name in sorted(names):
+    sent = [(float(a["n"]), _numbers(a.get("metrics"))) for a in answers]
+    for name in sorted({k for _, m in sent for k in m}):
         # Clients' own metrics (e.g. local test accuracy), weighted by their samples.
-        have = [a for a in answers if name in (a.get("metrics") or {})]
-        weight = sum(float(a["n"]) for a in have) or 1.0
-        metrics[f"clients_{name}"] = sum(float(a["metrics"][name]) * float(a["n"])
-                                         for a in have) / weight
+        have = [(n, m[name]) for n, m in sent if name in m]
+        weight = sum(n for n, _ in have) or 1.0
+        metrics[f"clients_{name}"] = sum(n * v for n, v in have) / weight
         if name == "dp_epsilon":  # the guarantee is the weakest site's
-            metrics["clients_dp_epsilon_max"] = max(float(a["metrics"][name]) for a in have)
+            metrics["clients_dp_epsilon_max"] = max(v for _, v in have)
     return RoundReport(
         round=rnd, sites=sorted(u.site for u in updates), n_samples=sum(u.n for u in updates),
         wall_s=time.monotonic() - t0,
-        max_compute_s=max((float(a.get("compute_s", 0.0)) for a in answers), default=0.0),
+        max_compute_s=max((_seconds(a.get("compute_s")) for a in answers), default=0.0),
         metrics=metrics)
 
 
@@ -338,7 +378,7 @@ async def _cyclic_round(worker: Worker, workflow: Workflow, rnd: int, model: Mod
     for site in order:
         key = by_site[site]
         await worker.send(key[0], key[1], "task", _task(workflow, rnd, model))
-        answer = await _answer_of(worker, key, rnd, cfg.limit)
+        answer = await _answer_of(worker, workflow, model, key, rnd, cfg.limit)
         if answer is None:
             known.pop(key, None)  # skipped: not visited again until it answers
             continue
@@ -354,12 +394,12 @@ async def _cyclic_round(worker: Worker, workflow: Workflow, rnd: int, model: Mod
     # In turn, not at once: the round's compute is the sum of the visits.
     report = RoundReport(round=rnd, sites=[u.site for u in updates], n_samples=report.n_samples,
                          wall_s=report.wall_s, metrics=report.metrics,
-                         max_compute_s=sum(float(a.get("compute_s", 0.0)) for a in answers))
+                         max_compute_s=sum(_seconds(a.get("compute_s")) for a in answers))
     return report, model
 
 
-async def _answer_of(worker: Worker, key: tuple[str, int], rnd: int,
-                     limit: float) -> dict[str, Any] | None:
+async def _answer_of(worker: Worker, workflow: Workflow, model: Model, key: tuple[str, int],
+                     rnd: int, limit: float) -> dict[str, Any] | None:
     """`key`'s update for round `rnd`, or None when it exits or the time is up; other
     clients' updates (late, for old rounds) are dropped."""
     deadline = time.monotonic() + limit
@@ -371,7 +411,11 @@ async def _answer_of(worker: Worker, key: tuple[str, int], rnd: int,
             msg = await worker.receive("update", min(remaining, WAIT_SLICE_S))
         except Timeout:
             continue
-        if (msg.sender_role, msg.sender_rank) == key and msg.payload.get("round") == rnd:
+        if (msg.sender_role, msg.sender_rank) == key and _payload_round(msg.payload) == rnd:
+            if (why := _refusal(workflow, model, msg.sender_site, msg.payload)) is not None:
+                log.warning("round %d: dropped the update of %s: %s", rnd, msg.sender_site,
+                            why)
+                return None
             payload: dict[str, Any] = msg.payload
             return payload
     return None

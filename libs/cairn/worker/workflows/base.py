@@ -11,6 +11,7 @@ control variate); `client()` makes the per-client state a client keeps across ro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 import msgspec
 import numpy as np
 
+from cairn.errors import InvalidInput
 from cairn.worker.workflows import _tree
 from cairn.worker.workflows._tree import Leaves, Model
 
@@ -106,6 +108,22 @@ class Workflow:
 
     def known_clients(self, count: int) -> None:
         """How many clients the server knows this round (SCAFFOLD scales by it)."""
+
+    def check(self, model: Model, update: Update) -> None:
+        """Refuse an update the server cannot aggregate: another model's names or shapes,
+        a value that is not finite, a negative sample count (what a site sends is input
+        like any other; the server drops such an answer and says why).
+
+        Raises:
+            InvalidInput: naming the site and what is wrong.
+        """
+        if not math.isfinite(update.n) or update.n < 0:
+            raise InvalidInput(f"site {update.site} sent a sample count of {update.n}")
+        for name, leaf in zip(_tree.names(model), _tree.same_shape(
+                model, update.weights, f"site {update.site}"), strict=True):
+            if not np.all(np.isfinite(leaf)):
+                raise InvalidInput(f"site {update.site} sent {name} with values that are not "
+                                   "finite (nan or inf)")
 
     @staticmethod
     def checked(model: Model, updates: Sequence[Update]) -> list[Leaves]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from cairn.errors import InvalidInput
 from cairn.spec.workflow import ScaffoldParams
 from cairn.worker.workflows import _tree
@@ -68,6 +70,16 @@ class Scaffold(Workflow):
         if self.c is None:
             self.c = _tree.zeros_like(_tree.leaves(model))
         return {"control": _tree.rebuild(model, self.c)}
+
+    def check(self, model: Model, update: Update) -> None:
+        super().check(model, update)
+        if "control_delta" not in update.extras:
+            raise InvalidInput(f"scaffold: site {update.site} sent no control_delta (is its "
+                               "client on the scaffold workflow?)")
+        delta = _tree.same_shape(model, update.extras["control_delta"],
+                                 f"site {update.site}'s control delta")
+        if not all(np.all(np.isfinite(d)) for d in delta):
+            raise InvalidInput(f"scaffold: site {update.site}'s control delta is not finite")
 
     def aggregate(self, rnd: int, model: Model, updates: Sequence[Update]) -> Model:
         values = self.checked(model, updates)
