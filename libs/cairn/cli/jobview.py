@@ -126,19 +126,24 @@ CROSS_SITE = "cross_site_evaluation"
 def print_cross_site(matrix: dict[str, Any]) -> None:
     """The matrix as a table: a row per evaluating site, a column per model, each cell
     that site's first metric of that model (the YAML above has them all)."""
-    models = [str(m) for m in matrix.get("models") or []]
-    scores = matrix.get("scores") or {}
-    if not models or not isinstance(scores, dict):
+    raw_models, scores = matrix.get("models"), matrix.get("scores")
+    if not isinstance(raw_models, list) or not raw_models or not isinstance(scores, dict):
         return
-    metric = next((k for row in scores.values() if isinstance(row, dict)
-                   for cell in row.values() if isinstance(cell, dict) for k in cell), "")
-    rows = []
-    for site, row in sorted(scores.items()):
-        cells = [row.get(m, {}).get(metric) if isinstance(row, dict) else None for m in models]
-        rows.append((str(site), *(f"{c:.4f}" if isinstance(c, int | float) else "-"
-                                  for c in cells)))
-    missing = matrix.get("missing") or {}
-    caption = "; ".join(f"{s}: {why}" for s, why in sorted(missing.items())) or None
+    models = [str(m) for m in raw_models]
+
+    def cell(row: Any, model: str, metric: str) -> str:
+        value = row.get(model) if isinstance(row, dict) else None
+        number = value.get(metric) if isinstance(value, dict) else None
+        ok = isinstance(number, int | float) and not isinstance(number, bool)
+        return f"{number:.4f}" if ok else "-"
+
+    metric = next((str(k) for row in scores.values() if isinstance(row, dict)
+                   for value in row.values() if isinstance(value, dict) for k in value), "")
+    rows = [(str(site), *(cell(row, m, metric) for m in models))
+            for site, row in sorted(scores.items(), key=lambda item: str(item[0]))]
+    missing = matrix.get("missing")
+    caption = "; ".join(f"{s}: {why}" for s, why in sorted(missing.items(), key=str)) \
+        if isinstance(missing, dict) and missing else None
     print_table(f"cross-site evaluation ({metric or 'no metrics'}: rows evaluate, columns "
                 "are models)", [Column("site", keep=True), *(Column(m, keep=True)
                                                              for m in models)],
