@@ -372,7 +372,7 @@ async def _cyclic_round(worker: Worker, workflow: Workflow, rnd: int, model: Mod
     while (late := await worker.poll("ready")) is not None:
         known[(late.sender_role, late.sender_rank)] = late.sender_site
     by_site = {known[k]: k for k in sorted(alive())}
-    order = workflow.order(rnd, list(by_site))  # type: ignore[attr-defined]
+    order = workflow.order(rnd, list(by_site))
     updates: list[Update] = []
     answers: list[dict[str, Any]] = []
     for site in order:

@@ -106,6 +106,10 @@ class Workflow:
     def client(self) -> ClientState:
         return ClientState()
 
+    def order(self, rnd: int, sites: Sequence[str]) -> list[str]:
+        """The order a cyclic workflow visits the sites in this round (name order here)."""
+        return sorted(sites)
+
     def known_clients(self, count: int) -> None:
         """How many clients the server knows this round (SCAFFOLD scales by it)."""
 

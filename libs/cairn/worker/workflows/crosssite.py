@@ -18,6 +18,7 @@ is listed under `missing` with the reason; it does not fail the job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 from cairn.errors import Timeout
 from cairn.worker import Worker
 
+log = logging.getLogger("cairn.worker.crosssite")
 GLOBAL = "global"
 WAIT_SLICE_S = 0.2
 
@@ -70,14 +72,19 @@ async def cross_site_evaluation(worker: Worker, rnd: int, model: Any,
             msg = await worker.receive("scores", min(remaining, WAIT_SLICE_S))
         except Timeout:
             continue
-        if msg.payload.get("round") != rnd or msg.sender_site not in asked:
+        payload = msg.payload
+        if not isinstance(payload, dict) or payload.get("round") != rnd \
+                or msg.sender_site not in asked:
             continue
-        if error := msg.payload.get("error"):
-            missing[msg.sender_site] = str(error)
+        if error := payload.get("error"):
+            missing[msg.sender_site] = str(error)[:500]
             continue
-        scores[msg.sender_site] = {
-            str(name): {str(k): float(v) for k, v in (metrics or {}).items()}
-            for name, metrics in (msg.payload.get("scores") or {}).items()}
+        try:
+            scores[msg.sender_site] = {
+                str(name): {str(k): float(v) for k, v in (metrics or {}).items()}
+                for name, metrics in (payload.get("scores") or {}).items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            missing[msg.sender_site] = f"sent scores that are not numbers by model ({exc})"
     for site in asked:
         if site not in scores:
             missing.setdefault(site, f"no answer within {limit:g}s")
@@ -95,6 +102,13 @@ async def answer_evaluation(worker: Worker, server: str, rnd: int, models: dict[
         return
     scores: dict[str, dict[str, float]] = {}
     for name, candidate in models.items():
-        metrics = await asyncio.to_thread(evaluate, candidate)
-        scores[name] = {k: float(v) for k, v in metrics.items()}
+        try:
+            metrics = await asyncio.to_thread(evaluate, candidate)
+            scores[name] = {str(k): float(v) for k, v in metrics.items()}
+        except Exception as exc:  # the job's own code: its failure is its row's reason
+            log.exception("evaluate failed on model %s", name)
+            await worker.send(server, 0, "scores", {
+                "round": rnd, "error": f"evaluate failed on model {name}: "
+                f"{type(exc).__name__}: {exc}"})
+            return
     await worker.send(server, 0, "scores", {"round": rnd, "scores": scores})
