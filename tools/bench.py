@@ -32,6 +32,7 @@ SECTIONS = {
     "bus": "bench_bus",
     "snapshot": "bench_snapshot",
     "recipes": "bench_recipes",
+    "recipes_aicr": "bench_recipes_aicr",
     "control": "bench_control",
     "fedavg": "bench_fedavg",
     "stop": "bench_stop",
@@ -44,6 +45,7 @@ SECTIONS = {
     "security": "bench_security",
     "nonces": "bench_nonces",
     "guard": "bench_guard",
+    "bundles": "bench_bundles",
     "workflows": "bench_workflows",
 }
 

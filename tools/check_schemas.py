@@ -13,8 +13,10 @@ The committed folder is the baseline, the Structs are the candidate. Exit codes:
 (`schemas/baseline/`, the committed copy of the last release's schemas, which CI checks) or a
 git revision whose committed `schemas/` is taken (a release tag, the branch a change goes
 into). Re-exporting `schemas/` after a breaking change cannot hide it from that check. Only
-incompatibilities fail it (exit 1); new event types and fields are what releases add. Exit 2
-when the folder, the revision or its `schemas/` cannot be read.
+incompatibilities fail it (exit 1); new event types and fields are what releases add. An
+incompatibility passes only when this checkout's major version (pyproject.toml) is higher
+than the baseline's release (its README's `(x.y.z)`, or pyproject.toml at the revision):
+docs/compatibility.md. Exit 2 when the folder, the revision or its `schemas/` cannot be read.
 
 Types are compared structurally: annotations (defaults, docs, titles) never break readers,
 and a nested Struct is compared field by field, so a renamed class is not a type change.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
 
+from tools._compat_rules import (  # noqa: E402
+    break_permitted,
+    project_version,
+    read_git_folder,
+    verdict,
+    version_at,
+)
 from tools.export_schemas import generate, is_generated  # noqa: E402
 
 _ANNOTATIONS = frozenset({"default", "description", "title", "examples", "$comment"})
@@ -176,6 +185,32 @@ def incompatibilities(baseline: dict[str, str], candidate: dict[str, str]) -> li
     return problems
 
 
+def value_incompatibilities(label: str, baseline: dict[str, Any],
+                            candidate: dict[str, Any]) -> list[str]:
+    """What in the schema `candidate` breaks a reader of `baseline`, by the rules above, for a
+    schema of any value: a Struct, a list or map of them, a union (the `-o json` output of a
+    command, a file's format). One line per problem, naming `label` and the field."""
+    bdefs, ndefs = baseline.get("$defs", {}), candidate.get("$defs", {})
+    if "$ref" in baseline and "$ref" in candidate and _is_struct(bdefs, _def_name(baseline)) \
+            and _is_struct(ndefs, _def_name(candidate)):
+        bname, nname = _def_name(baseline), _def_name(candidate)
+        return _compare_struct(label, "", bdefs[bname], bdefs, ndefs[nname], ndefs,
+                               {(bname, nname)})
+    # The value itself, without the definitions it refers to (compared Struct by Struct).
+    btop = {k: v for k, v in baseline.items() if k not in ("$defs", "$schema")}
+    ntop = {k: v for k, v in candidate.items() if k not in ("$defs", "$schema")}
+    before, after = _shape(btop, bdefs), _shape(ntop, ndefs)
+    if before != after:
+        return [f"INCOMPATIBLE {label}: changed type from {_describe(before)} to "
+                f"{_describe(after)}"]
+    problems, seen = [], set()
+    for bref, nref in zip(_struct_refs(btop, bdefs), _struct_refs(ntop, ndefs), strict=True):
+        if (bref, nref) not in seen:
+            seen.add((bref, nref))
+            problems += _compare_struct(label, "", bdefs[bref], bdefs, ndefs[nref], ndefs, seen)
+    return problems
+
+
 def check(folder: Path, label: str) -> tuple[int, list[str]]:
     """(exit code, lines to print) for the committed `folder` against the code."""
     baseline, candidate = read_tree(folder), generate()
@@ -202,20 +237,7 @@ def read_revision(repo: Path, rev: str) -> dict[str, str]:
     Raises:
         LookupError: not a repository, an unknown revision, or no `schemas/` there.
     """
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              text=True, check=False)
-        if done.returncode != 0:
-            raise LookupError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
-                              else f"git {' '.join(args)} failed")
-        return done.stdout
-
-    commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
-    names = git("ls-tree", "-r", "--name-only", commit, "--", "schemas/").splitlines()
-    files = {name[len("schemas/"):]: name for name in names if is_generated(name[len("schemas/"):])}
-    if not files:
-        raise LookupError(f"{rev} has no schemas/")
-    return {rel: git("show", f"{commit}:{path}") for rel, path in files.items()}
+    return read_git_folder(repo, rev, "schemas", is_generated)
 
 
 BASELINE = REPO / "schemas" / "baseline"
@@ -248,8 +270,26 @@ def check_against(repo: Path, rev: str) -> tuple[int, list[str]]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return 2, [f"cannot read {label}: a schema is malformed ({type(exc).__name__}: {exc})"]
     if problems:
+        version = baseline_version(folder) if folder.is_dir() else version_at(repo, rev)
+        # A baseline that does not say its release permits nothing.
+        if version is not None and break_permitted(version, project_version()):
+            return verdict(problems, version, project_version(), label)
         return 1, problems
     return 0, [f"compatible with {label} ({len(_events(baseline))} event types)"]
+
+
+_RELEASE = re.compile(r"\((\d+\.\d+\.\d+[^)]*)\)")
+
+
+def baseline_version(folder: Path) -> str | None:
+    """The release a baseline folder was cut from: `(x.y.z)` on its README's first line
+    (`make schemas-baseline RELEASE=x.y.z` writes it), None where it does not say."""
+    try:
+        first = (folder / "README.md").read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+    found = _RELEASE.search(first)
+    return found.group(1) if found else None
 
 
 def main(argv: list[str] | None = None) -> int:

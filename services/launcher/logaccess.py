@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cairn import api
-from cairn.errors import NotFound, PermissionDenied
+from cairn.errors import NotFound, PermissionDenied, Unavailable
 from cairn.launcher.inputs import read_from
 from cairn.launcher.records import LaunchRecord
 from cairn.launcher.studies import Studies
@@ -31,6 +31,10 @@ from cairn.trust.credentials import Identity, Kind
 from cairn.trust.requests import RAW_REQUEST, MemoryNonces, RequestVerifier
 
 MAX_CHUNK = 1024 * 1024
+ADMIN_CHECK_S = 4.0
+"""How long finding out whether a caller was just made a study's admin may take: well inside
+a client's request timeout (10 s by default), so a busy site says "try again" rather than
+nothing at all."""
 
 
 class LogReader:
@@ -96,8 +100,14 @@ class LogReader:
         if state is not None and name in state.admins:
             return True
         # Perhaps just added: read what the study's consumer has not handled yet.
-        if not await self.studies.ensure(study):
-            return False
-        await self.studies.catch_up(study)
+        try:
+            async with asyncio.timeout(ADMIN_CHECK_S):
+                if not await self.studies.ensure(study):
+                    return False
+                await self.studies.catch_up(study)
+        except TimeoutError:
+            raise Unavailable(f"site {self.site} could not tell within {ADMIN_CHECK_S:g}s "
+                              f"whether {name} is an admin of study {study}; try again") \
+                from None
         state = self.studies.study(study)
         return state is not None and name in state.admins

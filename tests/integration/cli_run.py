@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cairn.runtime.embedded import EmbeddedFederation
+from tests.output_contract import check_json_output
 
 CLI_TIMEOUT_S = 120.0
 
@@ -32,7 +33,11 @@ async def run_bounded(*argv: str | Path, env: Mapping[str, str] | None = None,
         raise AssertionError(
             f"{' '.join(map(str, argv))} did not end within {timeout_s:g}s") from None
     assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    stdout = out.decode()
+    words = [str(a) for a in argv]
+    if words[1:3] == ["-m", "cairn"]:
+        check_json_output(words[3:], proc.returncode, stdout)
+    return proc.returncode, stdout, err.decode()
 
 
 async def cairn(fed: EmbeddedFederation, *args: str, study: str,

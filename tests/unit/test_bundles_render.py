@@ -34,14 +34,15 @@ def test_the_same_recipe_gives_byte_identical_bundles(
     assert "checksums.txt" in first and "README.md" in first
 
 
-def test_bundles_do_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("deployer", ["argocd", "pulumi", "k0rdent"])
+def test_bundles_do_not_depend_on_the_process_hash_seed(tmp_path: Path, deployer: str) -> None:
     """Separate processes with different string hashing give the same bytes."""
     trees = []
     for seed in ("1", "2"):
         out = tmp_path / f"seed-{seed}"
         done = subprocess.run(
             [sys.executable, "-m", "cairn", "bundle", "--recipe", INFERENCE, "--deployer",
-             "argocd", "--repo-url", "https://git.example.com/x.git", "--out", str(out)],
+             deployer, "--repo-url", "https://git.example.com/x.git", "--out", str(out)],
             env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
             timeout=120, check=False)
         assert done.returncode == 0, done.stderr
@@ -191,7 +192,8 @@ def test_readme_gives_the_commands(capsys: pytest.CaptureFixture[str], tmp_path:
     text = (render(capsys, tmp_path / "b", TRAINING, deployer) / "README.md").read_text()
     expected = {"helm": "./deploy.sh", "argocd": "kubectl apply -n argocd -f app-of-apps.yaml",
                 "flux": "kubectl apply -f flux-kustomization.yaml",
-                "helmfile": "helmfile -f helmfile.yaml apply"}[deployer]
+                "helmfile": "helmfile -f helmfile.yaml apply", "pulumi": "pulumi up",
+                "k0rdent": "kubectl apply -f chains/ -f multiclusterservice.yaml"}[deployer]
     assert expected in text
     assert "cairn bundle verify ." in text
     assert "| gpu-operator | nvidia/gpu-operator" in text

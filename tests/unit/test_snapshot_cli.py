@@ -10,6 +10,7 @@ import pytest
 
 from cairn.cli.main import main
 from cairn.snapshot import encode, make_snapshot
+from tests.output_contract import check_json_output
 
 WHEN = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -21,6 +22,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     except SystemExit as exc:
         code = int(exc.code or 0)
     out = capsys.readouterr()
+    check_json_output(argv, code, out.out)
     return code, out.out, out.err
 
 

@@ -36,6 +36,7 @@ from cairn.api.replies import (
     ValidationAccepted,
 )
 from cairn.api.requests import (
+    READS,
     REQUEST_TYPES,
     EvidenceSubmit,
     FederationShow,
@@ -62,7 +63,7 @@ from cairn.api.requests import (
 )
 
 __all__ = [
-    "MAX_REQUEST_BYTES", "REQUEST_TYPES", "CancelAccepted", "Envelope", "ErrorBody",
+    "MAX_REQUEST_BYTES", "READS", "REQUEST_TYPES", "CancelAccepted", "Envelope", "ErrorBody",
     "EvidenceAccepted", "EvidenceSubmit",
     "FederationInfo", "FederationResult", "FederationShow", "JobCancel", "JobList",
     "JobRequest", "JobResult", "JobShow", "JobsResult", "LogData", "LogRead", "Reply",

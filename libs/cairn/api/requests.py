@@ -198,6 +198,13 @@ Request = (
 
 REQUEST_TYPES: tuple[type[_Request], ...] = Request.__args__
 
+READS: frozenset[type[_Request]] = frozenset({
+    StudyList, SiteList, FederationShow, StudyShow, JobList, JobShow, StudySites, StudySite,
+    LogRead})
+"""Requests that change nothing: asking one again is harmless. A reply can be lost when a
+connection is renewed (the authority bounds every session) just as it is answered; the
+client asks a read once more, and never a write, which may have been applied."""
+
 
 def verb_of(request: _Request) -> str:
     """The verb (tag) of a request: the last token of the subject it travels on."""

@@ -1,4 +1,4 @@
-"""Deployment bundles: one recipe rendered for Helm, Argo CD, Flux or Helmfile.
+"""Deployment bundles: one recipe rendered for Helm, Argo CD, Flux, Helmfile, Pulumi or k0rdent.
 
     plan = plan_bundle(catalog, "h100-eks-ubuntu-training", "flux", overrides=["site.yaml"])
     files = render_files(plan, GitTarget(path="clusters/prod"))   # path -> bytes, pure

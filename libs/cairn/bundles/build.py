@@ -9,9 +9,17 @@ from pathlib import Path
 
 import msgspec
 
-from cairn.bundles import render_argocd, render_flux, render_helm, render_helmfile
+from cairn.bundles import (
+    render_argocd,
+    render_flux,
+    render_helm,
+    render_helmfile,
+    render_k0rdent,
+    render_pulumi,
+)
 from cairn.bundles.attestation import attest
 from cairn.bundles.checksums import checksums_text
+from cairn.bundles.fingerprint import recipe_digest
 from cairn.bundles.model import CHECKSUMS_FILE, MANIFEST_FILE, PROVENANCE_FILE
 from cairn.bundles.options import GitTarget
 from cairn.bundles.plan import BundlePlan
@@ -41,9 +49,16 @@ def render_files(plan: BundlePlan, git: GitTarget | None = None,
         texts = render_flux.render(manifest, git)
     elif manifest.deployer == "helmfile":
         texts = render_helmfile.render(manifest)
+    elif manifest.deployer == "pulumi":
+        texts = render_pulumi.render(manifest, recipe_digest(manifest))
+    elif manifest.deployer == "k0rdent":
+        texts = render_k0rdent.render(manifest, recipe_digest(manifest))
     else:
         texts = render_helm.render(manifest)
-    texts[MANIFEST_FILE] = dump_yaml(msgspec.to_builtins(manifest), GENERATED)
+    written = msgspec.to_builtins(manifest)
+    if written.get("k0rdent") is None:
+        written.pop("k0rdent", None)  # only k0rdent bundles have a cluster selector
+    texts[MANIFEST_FILE] = dump_yaml(written, GENERATED)
     texts[PROVENANCE_FILE] = dump_yaml(msgspec.to_builtins(plan.provenance), GENERATED)
     texts["README.md"] = readme(manifest, git)
     files = {path: text.encode("utf-8") for path, text in texts.items()}

@@ -45,7 +45,8 @@ class BundleDiff(msgspec.Struct, kw_only=True, frozen=True):
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.changed)
+        # A risk without a component change is a bundle-wide one (k0rdent's selector).
+        return not (self.added or self.removed or self.changed or self.risks)
 
 
 def leaves(values: Any, prefix: str = "") -> dict[str, Any]:

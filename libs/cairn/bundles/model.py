@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 
-Deployer = Literal["helm", "argocd", "flux", "helmfile"]
-DEPLOYERS: tuple[str, ...] = ("helm", "argocd", "flux", "helmfile")
+Deployer = Literal["helm", "argocd", "flux", "helmfile", "pulumi", "k0rdent"]
+DEPLOYERS: tuple[str, ...] = ("helm", "argocd", "flux", "helmfile", "pulumi", "k0rdent")
 
 Layer = Literal["base", "overlay", "mixin", "override", "set"]
 LAYERS: tuple[str, ...] = ("base", "overlay", "mixin", "override", "set")
@@ -69,6 +69,15 @@ class PlannedComponent(_Strict, kw_only=True, frozen=True):
         return f"{self.repository.rstrip('/')}/{self.chart_name}"
 
 
+class K0rdentTarget(_Strict, kw_only=True, frozen=True):
+    """Where a k0rdent bundle applies, and which templates its upgrade chains start from."""
+
+    cluster_selector: dict[str, str]
+    """Labels a cluster must carry for the MultiClusterService to deploy to it."""
+    upgrade_from: dict[str, str] = {}
+    """Component -> the ServiceTemplate of the bundle it upgrades (`--upgrade-from`)."""
+
+
 class BundleManifest(_Strict, kw_only=True, frozen=True):
     """`bundle.yaml`: what a bundle deploys, in deployment order."""
 
@@ -82,6 +91,8 @@ class BundleManifest(_Strict, kw_only=True, frozen=True):
     sets: list[str] = []
     """`--set` assignments, in order."""
     components: list[PlannedComponent]
+    k0rdent: K0rdentTarget | None = None
+    """The k0rdent deployer's cluster selector and upgrade paths; absent for the others."""
 
 
 class ProvenanceFile(_Strict, kw_only=True, frozen=True):

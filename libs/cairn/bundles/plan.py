@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.bundles.k0rdent_target import k0rdent_target
 from cairn.bundles.layers import apply_override_file, apply_set, from_recipe
 from cairn.bundles.model import (
     BundleManifest,
@@ -26,12 +27,18 @@ class BundlePlan:
 
 
 def plan_bundle(catalog: Catalog, recipe_name: str, deployer: Deployer,
-                overrides: Sequence[str] = (), sets: Sequence[str] = ()) -> BundlePlan:
+                overrides: Sequence[str] = (), sets: Sequence[str] = (), *,
+                cluster_selector: Mapping[str, str] | None = None,
+                upgrade_from: BundleManifest | None = None) -> BundlePlan:
     """Resolve `recipe_name` and lay out what a bundle of it deploys.
 
     Args:
         overrides: `--values` files, applied in order after the recipe's values.
         sets: `--set COMPONENT.key=VALUE` assignments, applied last, in order.
+        cluster_selector: k0rdent: the labels that select clusters (default: from the
+            recipe's criteria; see `cairn.bundles.k0rdent_target`).
+        upgrade_from: k0rdent: the manifest of the bundle the clusters run now, where each
+            component's upgrade chain starts.
 
     Raises:
         NotFound: no such recipe.
@@ -68,8 +75,10 @@ def plan_bundle(catalog: Catalog, recipe_name: str, deployer: Deployer,
             wave=wave,
             values=sort_keys(composed.values[name]),
         ))
+    target = (k0rdent_target(recipe.criteria, planned, cluster_selector, upgrade_from)
+              if deployer == "k0rdent" else None)
     manifest = BundleManifest(recipe=recipe.name, applied=list(recipe.applied),
                               deployer=deployer, overrides=list(overrides), sets=list(sets),
-                              components=planned)
+                              components=planned, k0rdent=target)
     return BundlePlan(manifest=manifest,
                       provenance=ProvenanceFile(recipe=recipe.name, values=composed.rows()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cairn.bundles import render_k0rdent, render_pulumi
 from cairn.bundles.model import BundleManifest
 from cairn.bundles.options import GitTarget
 from cairn.bundles.render_argocd import root_name
@@ -44,6 +45,10 @@ def _commands(manifest: BundleManifest, git: GitTarget) -> list[str]:
             "`CAIRN_RETRIES` (default 5), `CAIRN_RETRY_DELAY` (seconds, default 5) and",
             "`CAIRN_HELM_TIMEOUT` (default 10m) tune both.",
         ]
+    if manifest.deployer == "pulumi":
+        return render_pulumi.commands(manifest)
+    if manifest.deployer == "k0rdent":
+        return render_k0rdent.commands(manifest)
     if manifest.deployer == "helmfile":
         return ["## Deploy", "", "Needs `helmfile` and `helm`.", "", "```sh",
                 "helmfile -f helmfile.yaml apply      # install or upgrade, following needs",

@@ -81,6 +81,14 @@ def _digest_name(name: str) -> str:
     return name
 
 
+def meta_record(name: str, bucket: str, nuid: str, data: bytes, chunks: int) -> dict[str, Any]:
+    """An object's meta record, the fields of a NATS object store's `ObjectInfo` (JSON)."""
+    return {"name": name, "bucket": bucket, "nuid": nuid, "size": len(data), "chunks": chunks,
+            "mtime": datetime.now(UTC).isoformat(),
+            "digest": _DIGEST + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode(),
+            "options": {"max_chunk_size": CHUNK}}
+
+
 class Objects:
     """A content-addressed store: an object's name is its sha256 (unless named)."""
 
@@ -120,11 +128,7 @@ class Objects:
                 pending.clear()
         if pending:
             await asyncio.gather(*pending)
-        meta = {"name": key, "bucket": self.layout.bucket, "nuid": nuid, "size": len(data),
-                "chunks": count, "mtime": datetime.now(UTC).isoformat(),
-                "digest": _DIGEST + base64.urlsafe_b64encode(
-                    hashlib.sha256(data).digest()).decode(),
-                "options": {"max_chunk_size": CHUNK}}
+        meta = meta_record(key, self.layout.bucket, nuid, data, count)
         await js.publish(self.layout.meta(key), json.dumps(meta).encode(),
                          headers={"Nats-Rollup": "sub"}, timeout=10.0)
         return digest

@@ -27,6 +27,7 @@ from cairn.bundles import (
 )
 from cairn.bundles.attestation import check_attestation
 from cairn.bundles.checksums import inventory
+from cairn.bundles.k0rdent_target import parse_selector
 from cairn.bundles.model import CHECKSUMS_FILE
 from cairn.cli.output import Column, emit, output_option, print_table
 from cairn.cli.recipe import recipe_named
@@ -40,6 +41,16 @@ _BUNDLE_HELP = """Render a recipe as a deployment bundle, or explain, diff and v
 \b
   cairn bundle --recipe h100-eks-ubuntu-training --deployer helm --out out/
   cairn bundle --recipe R --deployer argocd --repo-url URL --repo-path clusters/a --out out/
+  cairn bundle --recipe R --deployer pulumi --out infra/gpu/
+  cairn bundle --recipe R --deployer k0rdent --upgrade-from k0rdent-old/ --out k0rdent/
+  cairn bundle --from recipe.yaml --data ./aicr-data --deployer helm --out out/
+
+--from FILE renders a recipe file instead of a catalog recipe: AICR's
+RecipeResult (`aicr recipe`, `cairn recipe show --format aicr`) or Cairn's
+resolved recipe (`cairn recipe show -o yaml`); --data DIR is the AICR data
+directory its values files and manifests come from. An AICR recipe with the
+helm deployer is written in AICR's layout (README.md, deploy.sh, undeploy.sh,
+recipe.yaml, checksums.txt, <component>/values.yaml and manifests/).
 
 Values: the recipe's, then each --values file, then each --set (later wins).
 --recipe takes any unique prefix of a recipe's name. --out is the directory;
@@ -53,6 +64,13 @@ can read; 6 the output directory exists (use --force to replace a bundle).
 @click.group(help=_BUNDLE_HELP, invoke_without_command=True)
 @click.option("--recipe", "recipe_name", metavar="NAME",
               help="Recipe to render (an overlay; any unique prefix of its name).")
+@click.option("--from", "from_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help="Render this recipe file (a RecipeResult, or Cairn's resolved recipe) "
+                   "instead of --recipe.")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
+              metavar="DIR", help="With --from: the AICR data directory holding the values "
+                                  "files and manifests the recipe names.")
 @click.option("--deployer", type=click.Choice(DEPLOYERS), default="helm", show_default=True,
               help="Tool the bundle is written for.")
 @click.option("--out", "out", type=click.Path(file_okay=False), metavar="DIR",
@@ -68,6 +86,13 @@ can read; 6 the output directory exists (use --force to replace a bundle).
               help="The bundle's folder inside that repository (argocd, flux).")
 @click.option("--revision", default="HEAD", show_default=True,
               help="Git revision Argo CD's app-of-apps follows.")
+@click.option("--cluster-selector", "cluster_selector", multiple=True, metavar="KEY=VALUE",
+              help="k0rdent: a label the clusters must carry (repeatable); replaces the "
+                   "labels derived from the recipe's criteria (cairn.dev/<field>=<value>).")
+@click.option("--upgrade-from", "upgrade_from", type=click.Path(file_okay=False),
+              metavar="DIR",
+              help="k0rdent: the bundle the clusters run now; each ServiceTemplateChain lets "
+                   "k0rdent upgrade its service from that bundle's template.")
 @click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY",
               help="Sign the bundle with this Ed25519 private key file (cairn keys create): "
                    "writes attestation.dsse.json.")
@@ -78,27 +103,47 @@ can read; 6 the output directory exists (use --force to replace a bundle).
                    f"${ENV_CATALOG}).")
 @output_option(help="Output format of the summary printed (the bundle goes to --out DIR).")
 @click.pass_context
-def bundle(ctx: click.Context, recipe_name: str | None, deployer: str, out: str | None,
+def bundle(ctx: click.Context, recipe_name: str | None, from_file: Path | None,
+           data_dir: Path | None, deployer: str, out: str | None,
            overrides: tuple[str, ...], sets: tuple[str, ...], repo_url: str, repo_path: str,
-           revision: str, sign_key: str | None, force: bool, catalog_dir: str | None,
+           revision: str, cluster_selector: tuple[str, ...], upgrade_from: str | None,
+           sign_key: str | None, force: bool, catalog_dir: str | None,
            output: str) -> None:
     if ctx.invoked_subcommand is not None:
-        if recipe_name or out:
-            raise click.UsageError("--recipe and --out render a bundle; give them without a "
-                                   "subcommand")
+        if recipe_name or out or from_file:
+            raise click.UsageError("--recipe/--from and --out render a bundle; give them "
+                                   "without a subcommand")
         return
-    if not recipe_name or not out:
-        if not recipe_name and not out:
+    if recipe_name and from_file:
+        raise click.UsageError("give --recipe NAME or --from FILE, not both")
+    if data_dir is not None and from_file is None:
+        raise click.UsageError("--data names where a --from FILE's values files are")
+    if not (recipe_name or from_file) or not out:
+        if not (recipe_name or from_file) and not out:
             click.echo(ctx.get_help())
             return
-        raise click.UsageError("rendering needs both --recipe NAME and --out DIR (-o is the "
-                               "output format: table, json or yaml)")
-    catalog = load_catalog(Path(catalog_dir) if catalog_dir else None)
-    recipe_name = recipe_named(catalog, recipe_name)
-    plan = plan_bundle(catalog, recipe_name, cast(Deployer, deployer), overrides, sets)
+        raise click.UsageError("rendering needs --recipe NAME (or --from FILE) and --out DIR "
+                               "(-o is the output format: table, json or yaml)")
+    if (cluster_selector or upgrade_from) and deployer != "k0rdent":
+        raise click.UsageError("--cluster-selector and --upgrade-from are for --deployer "
+                               "k0rdent")
+    selector = parse_selector(cluster_selector) if cluster_selector else None
+    previous = read_manifest(Path(upgrade_from)) if upgrade_from else None
     key = load_signing_key(Path(sign_key)) if sign_key else None
-    files = render_files(plan, GitTarget(repo_url=repo_url, path=repo_path, revision=revision),
-                         sign_with=key)
+    git = GitTarget(repo_url=repo_url, path=repo_path, revision=revision)
+    if from_file is not None:
+        from cairn.cli.bundlefrom import render_from_file
+
+        plan, files = render_from_file(from_file, data_dir, cast(Deployer, deployer),
+                                       overrides, sets, git, key, cluster_selector=selector,
+                                       upgrade_from=previous)
+    else:
+        assert recipe_name is not None
+        catalog = load_catalog(Path(catalog_dir) if catalog_dir else None)
+        recipe_name = recipe_named(catalog, recipe_name)
+        plan = plan_bundle(catalog, recipe_name, cast(Deployer, deployer), overrides, sets,
+                           cluster_selector=selector, upgrade_from=previous)
+        files = render_files(plan, git, sign_with=key)
     write_bundle(files, Path(out), force=force)
     data = {"out": out, "recipe": plan.manifest.recipe, "deployer": deployer,
             "components": len(plan.manifest.components), "files": sorted(files)}

@@ -91,7 +91,7 @@ def _finish(final: JobState, output: str) -> None:
     "--state", type=click.Choice(sorted(JOB_ORDER)), default=None, help="Only jobs in this state."
 )
 @session_options
-@output_option()
+@output_option(schema=list[JobState])
 def list_(state: str | None, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> list[JobState]:
         return await c.jobs(state)
@@ -103,7 +103,7 @@ def list_(state: str | None, study: str | None, actor: str | None, output: str) 
                   f"(as YAML). {JOB_ARG_HELP}")
 @click.argument("job_id", metavar="JOB")
 @session_options
-@output_option()
+@output_option(schema=JobState)
 def show(job_id: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> JobState:
         return await c.job(await resolve_job(c, job_id))
@@ -118,7 +118,7 @@ def show(job_id: str, study: str | None, actor: str | None, output: str) -> None
 @click.option("--out", "--dest", "dest", type=click.Path(path_type=Path), default=None,
               metavar="DIR", help="Folder to write into (default: ./<JOB>).")
 @session_options
-@output_option()
+@output_option(schema=list[str])
 def fetch(job_id: str, dest: Path | None, study: str | None, actor: str | None,
           output: str) -> None:
     async def body(c: Client) -> list[str]:
@@ -139,7 +139,7 @@ def fetch(job_id: str, dest: Path | None, study: str | None, actor: str | None,
 @click.argument("job_id", metavar="JOB")
 @click.option("--reason", default="cancelled", show_default=True, help="Why, for the record.")
 @session_options
-@output_option()
+@output_option(schema=JobState)
 def cancel(job_id: str, reason: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> JobState:
         return await c.cancel(await resolve_job(c, job_id), reason)
@@ -158,7 +158,7 @@ def cancel(job_id: str, reason: str, study: str | None, actor: str | None, outpu
     help="Give up (exit 8) after this long.",
 )
 @session_options
-@output_option()
+@output_option(schema=JobState)
 def wait(
     job_id: str, timeout: float | None, study: str | None, actor: str | None, output: str
 ) -> None:

@@ -16,8 +16,8 @@ import yaml
 
 from cairn.cli.tables import Column, print_table, wide_option
 
-__all__ = ["OUTPUT_CHOICES", "Column", "OutputFormat", "emit", "output_option", "print_table",
-           "to_builtins", "yaml_text"]
+__all__ = ["OUTPUT_CHOICES", "Column", "OutputFormat", "OutputOption", "emit", "output_option",
+           "print_table", "to_builtins", "yaml_text"]
 
 OUTPUT_CHOICES = ("table", "json", "yaml")
 
@@ -39,17 +39,36 @@ class OutputFormat(click.Choice[str]):
                   "every command; a directory or file to write is --out", param, ctx)
 
 
+class OutputOption(click.Option):
+    """`-o/--output`, knowing the type of what its command prints with `-o json|yaml`.
+
+    That type is the command's structured output contract: `tools/compat.py` writes its JSON
+    Schema into the CLI's compatibility baseline (docs/compatibility.md). A command whose
+    option names no type prints JSON that is experimental: not held to the baseline.
+    """
+
+    def __init__(self, *args: Any, schema: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.schema = schema
+
+
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def output_option(default: str = "table", choices: tuple[str, ...] = OUTPUT_CHOICES,
-                  help: str = "Output format.") -> Decorator:
-    """`-o/--output FORMAT`, and `--wide` for the table view."""
+                  help: str = "Output format.", schema: Any = None) -> Decorator:
+    """`-o/--output FORMAT`, and `--wide` for the table view.
+
+    Args:
+        schema: The type of what `-o json` prints (a msgspec Struct, a list of them, ...),
+            the command's stable output; None where that output is not (yet) a contract.
+    """
 
     def add(func: Callable[..., Any]) -> Callable[..., Any]:
         func = wide_option()(func)
         return click.option("-o", "--output", "output", type=OutputFormat(choices),
-                            default=default, show_default=True, help=help)(func)
+                            default=default, show_default=True, help=help, cls=OutputOption,
+                            schema=schema)(func)
 
     return add
 

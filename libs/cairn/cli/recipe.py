@@ -16,6 +16,14 @@ import msgspec
 import yaml
 
 from cairn.cli.output import Column, emit, output_option, print_table
+from cairn.cli.recipeaicr import (
+    aicr_result,
+    data_option,
+    format_option,
+    import_cmd,
+    load_aicr,
+    show_aicr,
+)
 from cairn.cli.recipecriteria import criteria_options, given_criteria, query_of
 from cairn.client.prefix import resolve_prefix
 from cairn.recipes import (
@@ -94,8 +102,15 @@ def recipe() -> None:
 @criteria_options
 @click.option("--mixins", is_flag=True, help="Include mixins.")
 @_catalog_option
+@data_option
 @output_option()
-def list_cmd(mixins: bool, catalog_dir: str | None, output: str, **given: Any) -> None:
+def list_cmd(mixins: bool, catalog_dir: str | None, data_dir: Path | None, output: str,
+             **given: Any) -> None:
+    if data_dir is not None:
+        from cairn.cli.recipeaicr import list_aicr
+
+        list_aicr(load_aicr(data_dir, catalog_dir), mixins, given_criteria(given), output)
+        return
     catalog = _load(catalog_dir)
     criteria = given_criteria(given)
     wanted = _exact_filter(catalog, criteria)
@@ -114,11 +129,28 @@ def _exact_filter(catalog: Catalog, given: dict[str, Any]) -> Callable[[Criteria
     )
 
 
-@recipe.command("match", help="Overlays that apply to a query, in the order they are applied.")
+@recipe.command("match", help="Overlays that apply to a query, in the order they are applied "
+                "(with --data, by AICR's rules over that data).")
 @criteria_options
 @_catalog_option
+@data_option
 @output_option()
-def match_cmd(catalog_dir: str | None, output: str, **given: Any) -> None:
+def match_cmd(catalog_dir: str | None, data_dir: Path | None, output: str,
+              **given: Any) -> None:
+    if data_dir is not None:
+        from cairn.cli.recipeaicr import aicr_query
+        from cairn.recipes.aicr import match as aicr_match
+
+        aicr = load_aicr(data_dir, catalog_dir)
+        names = aicr_match(aicr, aicr_query(given_criteria(given)))
+        rows = [{"name": n, "file": aicr.file_of(n),
+                 "criteria": msgspec.to_builtins(aicr.overlays[n].spec.criteria)}
+                for n in names]
+        emit(rows, output, lambda rs: print_table(
+            "matching overlays (base.yaml is always applied first)",
+            [Column("#"), Column("name", keep=True), Column("file", wrap=True)],
+            [[i, r["name"], r["file"]] for i, r in enumerate(rs, 1)]))
+        return
     catalog = _load(catalog_dir)
     entries = match(catalog, query_of(given))
     emit([_entry_dict(e) for e in entries], output, _entries_table("matching overlays"))
@@ -152,18 +184,39 @@ signer is in --trust, and it attests the recipe as it resolves now.
 @click.argument("name", required=False)
 @criteria_options
 @_catalog_option
+@data_option
+@format_option
+@click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help="With --data: leave out matching overlays whose own constraints this "
+                   "snapshot (Cairn's or AICR's) fails; listed as excludedOverlays.")
 @click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Trust list for evidence (default as `cairn evidence verify`).")
 @click.option("--federation/--no-federation", default=None,
               help="Count the federation's `evidence` store: required / skipped (default: "
                    "when one is configured, and said when it cannot be reached).")
 @output_option(default="yaml")
-def show_cmd(name: str | None, catalog_dir: str | None, trust: Path | None,
+def show_cmd(name: str | None, catalog_dir: str | None, data_dir: Path | None,
+             shape: str | None, snapshot_file: Path | None, trust: Path | None,
              federation: bool | None, output: str, **given: Any) -> None:
     from cairn.cli.evidence import print_recipe_evidence, recipe_evidence_for
 
+    if data_dir is not None:
+        if shape == "cairn":
+            raise click.UsageError("--data resolves with AICR's rules and prints AICR's "
+                                   "RecipeResult: use --format aicr (the default with --data)")
+        aicr = load_aicr(data_dir, catalog_dir)
+        show_aicr(aicr_result(aicr, name, given_criteria(given), snapshot_file), output)
+        return
+    if snapshot_file is not None:
+        raise click.UsageError("--snapshot excludes overlays of AICR data: give it with --data")
     catalog = _load(catalog_dir)
     resolved = _resolve_target(catalog, name, given)
+    if shape == "aicr":
+        from cairn.recipes.aicr.convert import result_of
+
+        show_aicr(result_of(resolved), output)
+        return
     data = msgspec.to_builtins(resolved)
     data.pop("provenance", None)
     data["evidence"] = recipe_evidence_for(resolved.name, data, catalog.root, trust,
@@ -203,6 +256,9 @@ def _show_table(data: dict[str, Any]) -> None:
     print_table("validation", [Column("phase"), Column("kind"), Column("name", keep=True),
                                Column("value/timeout", wrap=True),
                                Column("with/source", wrap=True)], rows)
+
+
+recipe.add_command(import_cmd)
 
 
 @recipe.command("explain", help="Every resolved value with the file that set it; by NAME (any "

@@ -15,7 +15,9 @@ from typing import Any
 import click
 import msgspec
 
+from cairn.errors import InvalidInput
 from cairn.recipes import Criteria
+from cairn.recipes.aicr.model import API_VERSIONS
 from cairn.recipes.model import CRITERIA_FIELDS
 from cairn.yamlfile import convert, parse, read_text
 
@@ -67,7 +69,15 @@ def load_criteria_file(path: Path) -> dict[str, Any]:
     """
     doc = parse(read_text(path), str(path))
     if isinstance(doc.data, dict) and ("kind" in doc.data or "spec" in doc.data):
-        spec = convert(doc, _Resource).spec
+        resource = convert(doc, _Resource)
+        if resource.kind != "RecipeCriteria":
+            raise InvalidInput(f"kind is {resource.kind!r}, expected 'RecipeCriteria'",
+                               file=str(path), line=doc.line_of(("kind",)), field="kind")
+        if resource.api_version not in API_VERSIONS:
+            raise InvalidInput(f"apiVersion {resource.api_version!r} is not AICR's; known: "
+                               f"{', '.join(API_VERSIONS)}", file=str(path),
+                               line=doc.line_of(("apiVersion",)), field="apiVersion")
+        spec = resource.spec
         written = doc.data.get("spec") or {}
     else:
         spec = convert(doc, Criteria)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import msgspec
 
 from cairn.cli.jobview import print_job
 from cairn.cli.output import emit, output_option
@@ -11,6 +12,13 @@ from cairn.client import Client
 from cairn.client.prefix import resolve_job
 from cairn.client.timeline import TimelineEntry, format_line
 from cairn.state.view import StudyView
+
+
+class ReplayOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """What `cairn replay -o json|yaml` prints: the folded state and the timeline."""
+
+    state: StudyView
+    timeline: list[TimelineEntry]
 
 
 @click.command(
@@ -22,7 +30,7 @@ from cairn.state.view import StudyView
     help="Only this job's events and state (any unique prefix of its id)."
 )
 @session_options
-@output_option()
+@output_option(schema=ReplayOutput)
 def replay(job_id: str | None, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> tuple[StudyView, list[TimelineEntry]]:
         return await c.replay(await resolve_job(c, job_id) if job_id else None)
@@ -44,4 +52,4 @@ def replay(job_id: str | None, study: str | None, actor: str | None, output: str
         for e in timeline:
             click.echo("  " + format_line(e))
 
-    emit({"state": view, "timeline": timeline}, output, table)
+    emit(ReplayOutput(state=view, timeline=timeline), output, table)

@@ -46,7 +46,7 @@ COLUMNS = [Column("site", keep=True), Column("org"), Column("status"), Column("b
 
 @site.command(name="list", help="List sites: status, backend, free and total capacity.")
 @session_options
-@output_option()
+@output_option(schema=list[SiteInfo])
 def list_(study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> list[SiteInfo]:
         return await c.sites()
@@ -57,7 +57,7 @@ def list_(study: str | None, actor: str | None, output: str) -> None:
 @site.command(help="Show one site.")
 @click.argument("name")
 @session_options
-@output_option()
+@output_option(schema=SiteInfo)
 def show(name: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> SiteInfo:
         return await c.site(name)

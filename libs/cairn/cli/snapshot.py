@@ -121,13 +121,16 @@ their topology, Docker, Slurm.
 \b
 Without --site, collects on this machine (no bus needed). With --site S, asks
 site S's snapshotter over the bus. A collector that fails or whose tool is absent
-is recorded in the snapshot, never fatal. Exit codes: 0 ok; 3 bad --site or
---out; 7 the bus or the site's snapshotter cannot be reached.
+is recorded in the snapshot, never fatal. --format aicr writes AICR's
+document (kind: Snapshot, measurements by type and subtype) of the cluster and
+one node (--node, default the first), for `aicr` and for `cairn validate
+--snapshot`. Exit codes: 0 ok; 3 bad --site or --out; 4 no such --node; 7 the
+bus or the site's snapshotter cannot be reached.
 """
 
 
 @click.command(help=SNAPSHOT_HELP)
-@output_option()
+@output_option(schema=Snapshot)
 @click.option(
     "--out",
     "out",
@@ -136,13 +139,21 @@ is recorded in the snapshot, never fatal. Exit codes: 0 ok; 3 bad --site or
     help="Also write the snapshot as JSON to FILE (input for `cairn diff`).",
 )
 @click.option("--site", default=None, help="Ask this site's snapshotter (over the bus).")
-def snapshot(output: str, out: Path | None, site: str | None) -> None:
+@click.option("--format", "shape", type=click.Choice(("cairn", "aicr")), default="cairn",
+              show_default=True, help="Snapshot shape: Cairn's, or AICR's kind: Snapshot.")
+@click.option("--node", default=None, help="With --format aicr: the node written (default: "
+                                           "the first).")
+def snapshot(output: str, out: Path | None, site: str | None, shape: str,
+             node: str | None) -> None:
     if site is not None:
         snap = ask_site(check_name(site, "site"))
     else:
         from cairn.snapshot.collect import collect_local
 
         snap = collect_local()
+    if shape == "aicr":
+        _emit_aicr(snap, node, out, output)
+        return
     if out is not None:
         try:
             out.write_bytes(model.encode(snap) + b"\n")
@@ -151,8 +162,29 @@ def snapshot(output: str, out: Path | None, site: str | None) -> None:
     emit(snap, output, table=print_snapshot)
 
 
+def _emit_aicr(snap: Snapshot, node: str | None, out: Path | None, output: str) -> None:
+    import json
+
+    from cairn.cli.output import yaml_text
+    from cairn.recipes.aicr.snapshots import to_aicr
+
+    doc = to_aicr(snap, node)
+    if out is not None:
+        text = yaml_text(doc) if out.suffix in (".yaml", ".yml") else json.dumps(doc, indent=2)
+        try:
+            out.write_text(text + ("" if text.endswith("\n") else "\n"))
+        except OSError as exc:
+            raise InvalidInput(f"cannot write: {exc.strerror or exc}", file=str(out)) from None
+    emit(doc, output, table=lambda d: click.echo(yaml_text(d), nl=False))
+
+
 def _load_checked(path: Path, no_verify: bool) -> Snapshot:
-    """A snapshot file; one whose digest is not its content's does not verify (exit 9)."""
+    """A snapshot file; one whose digest is not its content's does not verify (exit 9).
+    AICR's snapshot documents carry no digest and are read as they are."""
+    from cairn.recipes.aicr.snapshots import is_aicr_file, read_snapshot
+
+    if is_aicr_file(path):
+        return read_snapshot(path)
     snap = model.load(path, verify=False)
     if not no_verify and snap.digest != model.compute_digest(snap):
         raise Unverified("digest does not match content (file altered? --no-verify compares "
@@ -160,8 +192,8 @@ def _load_checked(path: Path, no_verify: bool) -> Snapshot:
     return snap
 
 
-DIFF_HELP = """Compare two snapshot JSON files (from `cairn snapshot --out`) and print
-every reading added, removed or changed from A to B.
+DIFF_HELP = """Compare two snapshot files (from `cairn snapshot --out`, or AICR's kind:
+Snapshot documents) and print every reading added, removed or changed from A to B.
 
 \b
 Exit codes: 0 the snapshots are equal; 1 they differ; 3 a file cannot be read
@@ -186,7 +218,7 @@ see --no-verify).
     metavar="GLOB",
     help="Leave out paths matching GLOB (repeatable), e.g. 'Memory.info.available-*'.",
 )
-@output_option()
+@output_option(schema=list[Change])
 def diff(a: Path, b: Path, no_verify: bool, ignore: tuple[str, ...], output: str) -> None:
     before, after = _load_checked(a, no_verify), _load_checked(b, no_verify)
     changes = model.diff(before, after, ignore=ignore)

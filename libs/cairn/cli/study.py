@@ -77,7 +77,7 @@ def _list(states: list[StudyState]) -> None:
     metavar="NAME",
     help="Who is asking (default: $CAIRN_ACTOR); the signer in a secure federation.",
 )
-@output_option()
+@output_option(schema=StudyState)
 def create(
     name: str,
     sites: tuple[str, ...],
@@ -101,7 +101,7 @@ def create(
     metavar="NAME",
     help="Who is asking (default: $CAIRN_ACTOR); the signer in a secure federation.",
 )
-@output_option()
+@output_option(schema=list[StudyState])
 def list_(actor: str | None, output: str) -> None:
     async def body(c: Client) -> list[StudyState]:
         return await c.study_list()
@@ -111,7 +111,7 @@ def list_(actor: str | None, output: str) -> None:
 
 @study.command(help="Show the session's study: sites and admins.")
 @session_options
-@output_option()
+@output_option(schema=StudyState)
 def show(study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> StudyState:
         return await c.study_show()
@@ -122,7 +122,7 @@ def show(study: str | None, actor: str | None, output: str) -> None:
 @study.command(name="add-site", help="Add a site to the session's study.")
 @click.argument("site")
 @session_options
-@output_option()
+@output_option(schema=StudyState)
 def add_site(site: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> StudyState:
         return await c.study_add_site(site)
@@ -133,7 +133,7 @@ def add_site(site: str, study: str | None, actor: str | None, output: str) -> No
 @study.command(name="remove-site", help="Remove a site from the session's study.")
 @click.argument("site")
 @session_options
-@output_option()
+@output_option(schema=StudyState)
 def remove_site(site: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> StudyState:
         return await c.study_remove_site(site)
@@ -152,7 +152,7 @@ def remove_site(site: str, study: str | None, actor: str | None, output: str) ->
     help="The admin's role in the study.",
 )
 @session_options
-@output_option()
+@output_option(schema=StudyState)
 def add_admin(
     name: str, org: str, role: str, study: str | None, actor: str | None, output: str
 ) -> None:
@@ -165,7 +165,7 @@ def add_admin(
 @study.command(name="remove-admin", help="Remove an admin from the session's study.")
 @click.argument("name")
 @session_options
-@output_option()
+@output_option(schema=StudyState)
 def remove_admin(name: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> StudyState:
         return await c.study_remove_admin(name)

@@ -47,6 +47,13 @@ HELP = """Validate SITE against RECIPE: the recipe's constraints against the sit
 snapshot, and its checks run as jobs on the site (reserved study `validation`).
 
 \b
+Offline, with no federation: --snapshot FILE --recipe FILE judges the recipe's
+constraints against a snapshot file (Cairn's `cairn snapshot --out`, or AICR's
+kind: Snapshot); the recipe is a RecipeResult file, Cairn's resolved recipe, or
+a catalog recipe NAME. Only the readiness phase is judged; the others need
+checks run on the cluster and are listed as not run.
+
+\b
 Needs a running validator (`cairn run validator`, part of `cairn up`). Missing
 data fails a constraint unless it is optional; a skipped check fails its phase.
 --out DIR writes result.json, ctrf/<phase>.json (CTRF), snapshot.json and
@@ -60,8 +67,14 @@ bus cannot be reached; 8 the run did not complete within --timeout.
 
 
 @click.command(help=HELP)
-@click.option("--site", required=True, help="The site to validate.")
-@click.option("--recipe", required=True, help="The recipe (see `cairn recipe list`).")
+@click.option("--site", default=None, help="The site to validate.")
+@click.option("--recipe", required=True,
+              help="The recipe (see `cairn recipe list`); with --snapshot, also a recipe FILE.")
+@click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help="Judge this snapshot file offline instead of a site (no federation).")
+@click.option("--catalog", "catalog_dir", type=click.Path(file_okay=False), default=None,
+              envvar="CAIRN_RECIPES", help="With --snapshot: catalog a recipe NAME is in.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write the results (CTRF per phase, snapshot, resolved recipe) to DIR.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True,
@@ -69,9 +82,19 @@ bus cannot be reached; 8 the run did not complete within --timeout.
 @click.option("--no-fresh", is_flag=True, default=False,
               help="Judge the site's latest recorded snapshot instead of asking for a new one.")
 @session_options
-@output_option()
-def validate(site: str, recipe: str, out: Path | None, timeout: float, no_fresh: bool,
+@output_option(schema=ValidationResult)
+def validate(site: str | None, recipe: str, snapshot_file: Path | None,
+             catalog_dir: str | None, out: Path | None, timeout: float, no_fresh: bool,
              study: str | None, actor: str | None, output: str) -> None:
+    if snapshot_file is not None:
+        if site is not None or out is not None:
+            raise click.UsageError("--snapshot validates offline: give it without --site/--out")
+        from cairn.cli.validateoffline import validate_offline
+
+        validate_offline(snapshot_file, recipe, catalog_dir, output)
+        return
+    if site is None:
+        raise click.UsageError("give --site SITE (or --snapshot FILE to validate offline)")
     check_name(site, "site")
     check_name(recipe, "recipe")
 

@@ -47,7 +47,7 @@ log = logging.getLogger("cairn.worker.dataplane")
 
 ONE_MIB = 1024 * 1024
 ENVELOPE_ROOM = 16 * 1024  # headers, ids and msgpack framing around an inline body
-_NDARRAY = 1  # msgpack extension code of a numpy array
+NDARRAY_EXT = 1  # msgpack extension code of a numpy array
 
 
 # -- payload codec -------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def _enc_hook(obj: Any) -> Any:
         arr = obj if obj.flags.c_contiguous else obj.copy(order="C")
         header = msgspec.msgpack.encode((arr.dtype.str, list(arr.shape)))
         data = len(header).to_bytes(4, "big") + header + arr.tobytes()
-        return msgspec.msgpack.Ext(_NDARRAY, data)
+        return msgspec.msgpack.Ext(NDARRAY_EXT, data)
     if np is not None and isinstance(obj, np.generic):
         return obj.item()
     raise NotImplementedError(f"cannot send a {type(obj).__name__}: use bytes, numbers, "
@@ -79,7 +79,7 @@ def _enc_hook(obj: Any) -> Any:
 
 
 def _ext_hook(code: int, data: memoryview) -> Any:
-    if code != _NDARRAY:
+    if code != NDARRAY_EXT:
         raise InvalidInput(f"unknown payload extension {code}")
     np = _numpy()
     if np is None:
@@ -130,13 +130,30 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     src_role: str
     src_rank: int
     src_site: str
-    kind: str = "msg"  # msg | request | reply | error
-    codec: str = "msgpack"
+    kind: str = "msg"  # one of KINDS
+    codec: str = "msgpack"  # one of CODECS
     body: bytes | None = None
     ref: str | None = None
     size: int = 0
     corr: str | None = None
     sent_at: float = 0.0  # the sender's clock, for latency figures only
+
+
+KINDS = ("msg", "request", "reply", "error")
+"""What an envelope's `kind` may be: a message, a request, its reply, or the error raised
+while serving the request."""
+CODECS = ("raw", "msgpack")
+"""What an envelope's `codec` may be: the bytes sent as they are, or a MessagePack value."""
+
+
+def worker_address(study: str, job: str, role: str, rank: int, topic: str) -> str:
+    """Where one worker of a job receives `topic`."""
+    return subjects.data(study, job, "to", role, str(rank), topic)
+
+
+def broadcast_address(study: str, job: str, topic: str) -> str:
+    """Where every worker of a job but the sender receives `topic`."""
+    return subjects.data(study, job, "all", topic)
 
 
 _ENV_ENCODER = msgspec.msgpack.Encoder()
@@ -185,10 +202,10 @@ class DataPlane:
     # -- addresses -----------------------------------------------------------------------
 
     def address(self, role: str, rank: int, topic: str) -> str:
-        return subjects.data(self.study, self.job, "to", role, str(rank), topic)
+        return worker_address(self.study, self.job, role, rank, topic)
 
     def broadcast_address(self, topic: str) -> str:
-        return subjects.data(self.study, self.job, "all", topic)
+        return broadcast_address(self.study, self.job, topic)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -1,0 +1,72 @@
+"""A reply lost on the way (as when the authority renews a connection just as it is answered)
+costs a read one more ask and a write nothing it did not already do: a read is asked again,
+signed afresh, and a write is never sent twice (it may have been applied)."""
+
+from __future__ import annotations
+
+from cairn import api
+from cairn.bus import Bus
+from cairn.client import Client
+from cairn.errors import Timeout
+from cairn.runtime.natsserver import NatsServer
+from cairn.state.study import StudyState
+
+
+async def _responder(server: NatsServer, subject: str, seen: list[bytes]) -> Bus:
+    """Answers `subject` from the second request on: the first one's reply is lost."""
+    bus = await Bus.connect(server.url, name="lossy-responder")
+
+    async def answer(msg: object) -> bytes:
+        seen.append(msg.data)  # type: ignore[attr-defined]
+        if len(seen) == 1:
+            await bus.nc.flush()
+            raise _Lost
+        return api.encode_result(api.StudyResult(study=StudyState(name="demo")))
+
+    async def on_msg(msg: object) -> None:
+        try:
+            reply = await answer(msg)
+        except _Lost:
+            return
+        await bus.nc.publish(msg.reply, reply)  # type: ignore[attr-defined]
+
+    await bus.nc.subscribe(subject, cb=on_msg)
+    await bus.nc.flush()
+    return bus
+
+
+class _Lost(Exception):
+    pass
+
+
+async def test_a_read_whose_reply_was_lost_is_asked_once_more(nats_server: NatsServer) -> None:
+    seen: list[bytes] = []
+    responder = await _responder(nats_server, "cairn.api.study.demo.show", seen)
+    client = Client(await Bus.connect(nats_server.url, name="reader"), study="demo",
+                    request_timeout=0.5)
+    try:
+        shown = await client.call_study(api.StudyShow())
+        assert isinstance(shown, api.StudyResult) and shown.study.name == "demo"
+        assert len(seen) == 2, "asked once more after the lost reply"
+    finally:
+        await client.close()
+        await responder.close()
+
+
+async def test_a_write_whose_reply_was_lost_is_not_sent_again(nats_server: NatsServer) -> None:
+    seen: list[bytes] = []
+    responder = await _responder(nats_server, "cairn.api.study.demo.cancel", seen)
+    client = Client(await Bus.connect(nats_server.url, name="writer"), study="demo",
+                    request_timeout=0.5)
+    try:
+        try:
+            await client.call_study(api.JobCancel(job="j-1"))
+        except Timeout:
+            pass
+        else:
+            raise AssertionError("a write whose reply was lost must say so")
+        await responder.nc.flush()
+        assert len(seen) == 1, "a cancel that may have been applied is not sent twice"
+    finally:
+        await client.close()
+        await responder.close()
