@@ -83,8 +83,11 @@ def tensors(values: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Arrays as CPU tensors over the same memory (`torch.from_numpy`; read-only arrays,
     which torch cannot wrap, are copied)."""
     torch = _torch()
-    return {name: torch.from_numpy(a if a.flags.writeable else a.copy())
-            for name, a in values.items()}
+    out = {}
+    for name, value in values.items():
+        a = np.asarray(value)  # a numpy scalar (a 0-d buffer after arithmetic) is an array
+        out[name] = torch.from_numpy(a if a.flags.writeable else a.copy())
+    return out
 
 
 def load(module: Any, values: Mapping[str, np.ndarray]) -> None:
