@@ -19,7 +19,7 @@ from cairn.cli.output import Column, emit, print_table
 from cairn.recipes.aicr.convert import constraints_of, read_recipe_source, result_of
 from cairn.recipes.aicr.model import PHASES, RecipeResult
 from cairn.recipes.aicr.snapshots import read_snapshot
-from cairn.recipes.evaluate import phase_verdict
+from cairn.recipes.evaluate import PhaseVerdict, phase_verdict
 from cairn.recipes.nodes import judge_all_on_nodes, node_readings
 
 
@@ -33,6 +33,17 @@ def _recipe(recipe: str, catalog_dir: str | None) -> tuple[RecipeResult, str]:
     catalog = load_catalog(Path(catalog_dir) if catalog_dir else None)
     name = recipe_named(catalog, recipe)
     return result_of(resolve(catalog, name)), name
+
+
+def _phase(verdict: PhaseVerdict) -> dict[str, Any]:
+    """A phase as an online run's `-o json` shows it (counts, reasons), with each
+    constraint's detail beside."""
+    constraints = msgspec.to_builtins(verdict.constraints)
+    statuses = [c["status"] for c in constraints]
+    return {"status": verdict.status, "passed": statuses.count("passed"),
+            "failed": sum(1 for s in statuses if s not in ("passed", "skipped")),
+            "skipped": statuses.count("skipped"), "reasons": list(verdict.reasons),
+            "constraints": constraints}
 
 
 def validate_offline(snapshot: Path, recipe: str, catalog_dir: str | None,
@@ -55,7 +66,7 @@ def validate_offline(snapshot: Path, recipe: str, catalog_dir: str | None,
         "run": "offline", "site": "", "recipe": shown, "snapshot": str(snapshot),
         "offline": True,
         "nodes": sorted(n.node for n in snap.nodes), "status": verdict.status,
-        "phases": {"readiness": msgspec.to_builtins(verdict), **not_run}}
+        "phases": {"readiness": _phase(verdict), **not_run}}
 
     def table(d: dict[str, Any]) -> None:
         ready = d["phases"]["readiness"]
