@@ -1,11 +1,14 @@
 """The workflow library on a real federation: the PyTorch digits example over three non-IID
-sites with cross-site evaluation, and a site's privacy rule enforced (refusing a job that
-turns DP off, noising the updates of one that does not)."""
+sites with cross-site evaluation, a site's privacy rule enforced (refusing a job that turns
+DP off, noising the updates of one that does not), and cyclic weight transfer visiting the
+sites in its shuffled order."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,8 +18,11 @@ import yaml
 
 from cairn import events as ev
 from cairn.cli.jobview import print_job
+from cairn.runtime.embedded import EmbeddedFederation
+from cairn.spec.workflow import CyclicParams
 from cairn.worker.privacy import gaussian_epsilon
-from tests.fixtures.federation import connect, make_federation, running
+from cairn.worker.workflows import Cyclic
+from tests.fixtures.federation import connect, make_federation, running, started
 from tests.integration.cp_helpers import default_policy, rewrite_runtime, study_events
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,24 +94,32 @@ async def test_digits_cnn_over_three_non_iid_sites_with_cross_site_evaluation(
     assert "cross-site evaluation" in shown and "site-c" in shown
 
 
-async def test_a_sites_privacy_rule_is_enforced(tmp_path: Path) -> None:
-    async with running(make_federation(tmp_path)) as fed:
+@pytest.fixture(scope="module")
+def fedavg_fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
+    """hub, site-a, site-b with the FedAvg example's data; site-a requires DP of study demo."""
+    with started(make_federation(tmp_path_factory.mktemp("workflows"))) as fed:
         _setup_data(FEDAVG).write(fed.dir / "sites", hub=fed.hub)
         policy = default_policy(fed, "site-a")
         policy["privacy"] = {"dp": {"clip": 5.0, "noise_multiplier": 0.05, "delta": 1e-5}}
-        await rewrite_runtime(fed, "site-a", {"demo": policy})
-        client = await connect(fed)
-        try:
-            off = {"workflow": {"name": "fedavg", "rounds": 2, "privacy": {"dp": False}},
-                   "queue_timeout": "5s"}
-            refused = await client.wait(await client.submit(_job(tmp_path, FEDAVG, off)),
-                                        timeout=60)
-            on = {"workflow": {"name": "fedavg", "rounds": 2}}
-            noised = await client.wait(await client.submit(_job(tmp_path, FEDAVG, on)),
-                                       timeout=120)
-        finally:
-            await client.close()
-        events = await study_events(fed)
+        asyncio.run(rewrite_runtime(fed, "site-a", {"demo": policy}))
+        yield fed
+
+
+async def test_a_sites_privacy_rule_is_enforced(fedavg_fed: EmbeddedFederation,
+                                                tmp_path: Path) -> None:
+    fed = fedavg_fed
+    client = await connect(fed)
+    try:
+        off = {"workflow": {"name": "fedavg", "rounds": 2, "privacy": {"dp": False}},
+               "queue_timeout": "5s"}
+        refused = await client.wait(await client.submit(_job(tmp_path, FEDAVG, off)),
+                                    timeout=60)
+        on = {"workflow": {"name": "fedavg", "rounds": 2}}
+        noised = await client.wait(await client.submit(_job(tmp_path, FEDAVG, on)),
+                                   timeout=120)
+    finally:
+        await client.close()
+    events = await study_events(fed)
     rejected = [e for e in events if isinstance(e, ev.DeploymentRejected)
                 and e.job == refused.job]
     assert [(e.site, e.reason) for e in rejected] == [("site-a", "site-policy")], rejected
@@ -124,3 +138,22 @@ async def test_a_sites_privacy_rule_is_enforced(tmp_path: Path) -> None:
     spent = [m.values["dp_epsilon"] for m in metrics if m.site == "site-a"]
     assert spent == pytest.approx([gaussian_epsilon(0.05, r, 1e-5) for r in (1, 2)])
     assert not [m for m in metrics if m.site == "site-b" and "dp_epsilon" in m.values]
+
+
+async def test_cyclic_visits_the_sites_in_its_order(fedavg_fed: EmbeddedFederation,
+                                                    tmp_path: Path) -> None:
+    params = {"order": "shuffled", "seed": 1}
+    cyclic = {"workflow": {"name": "cyclic", "params": params, "rounds": 4}}
+    client = await connect(fedavg_fed)
+    try:
+        final = await client.wait(await client.submit(_job(tmp_path, FEDAVG, cyclic)),
+                                  timeout=120)
+    finally:
+        await client.close()
+    assert final.state == "completed", final.message
+    value = _server_value(final)
+    assert value["workflow"] == "cyclic"
+    visited = [r["sites"] for r in value["rounds"]]
+    expected = [Cyclic(CyclicParams(**params)).order(r, ["site-a", "site-b"])
+                for r in range(1, 5)]
+    assert visited == expected and len({tuple(v) for v in visited}) == 2, visited
