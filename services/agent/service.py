@@ -37,6 +37,7 @@ from cairn.events import (
 )
 from cairn.names import is_name
 from cairn.runtime.service import Runtime, ServiceConfig
+from cairn.spec.privacy import effective as effective_privacy
 from cairn.spec.site import SiteConfig, load_site_config
 from cairn.state import agent as agent_state
 from cairn.state.agent import AgentState
@@ -219,7 +220,8 @@ class AgentService:
         gpus = list(verdict.gpus)
         accepted = DeploymentAccepted(
             **answer("accepted"), **ref.fields(), launch_id=ref.launch_id, gpus=gpus,
-            resources=cmd.resources.times(cmd.nodes))
+            resources=cmd.resources.times(cmd.nodes),
+            privacy=effective_privacy(policy.privacy, cmd.privacy))
         self.state = agent_state.apply(self.state, accepted)
         await self.bus.publish(accepted)
         request = LaunchRequested(

@@ -141,6 +141,8 @@ def deploy_commands(job: JobState, deployments: list[Deployment], ctx: Context
                                  image=job.spec.image, code_digest=job.spec.code_digest,
                                  params=job.spec.params, timeout_s=job.spec.timeout_s,
                                  peers=peers,
+                                 privacy=job.spec.workflow.privacy if job.spec.workflow
+                                 else None,
                                  receipt=receipt(job, d.site, ctx.evidence, ctx.now)
                                  if gated(job, role) else None))
     return out

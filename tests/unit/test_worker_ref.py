@@ -84,7 +84,7 @@ def test_the_wire_is_as_it_was() -> None:
     accepted = json.loads(encode(DeploymentAccepted(**base, **ref.fields(), launch_id="l")))
     assert list(accepted) == ["type", "id", "at", "source", "study", "actor", "cause", "job",
                               "site", "role", "rank", "attempt", "launch_id", "gpus",
-                              "resources"]
+                              "resources", "privacy"]  # privacy: added last, as new fields are
     request = json.loads(encode(LaunchRequested(**base, **ref.fields(), launch_id="l",
                                                 entrypoint="e")))
     assert list(request)[7:13] == ["launch_id", "job", "site", "role", "rank", "attempt"]

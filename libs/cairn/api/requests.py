@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 import msgspec
 
 from cairn.events import RecipeRequirement, RoleRequest, StudyAdmin
+from cairn.events.workflow import WorkflowRequest
 
 Scope = Literal["fed", "study", "site", "validation"]
 
@@ -42,6 +43,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
         requires: Evidence requirement, if any.
         rerun_of: The job this one reruns, if any.
         end_grace_s: How long the other workers may run on once the hub role finished.
+        workflow: The federated workflow and privacy filters (`workflow:` in job.yaml).
     """
 
     name: str
@@ -55,6 +57,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     requires: RecipeRequirement | None = None
     rerun_of: str | None = None
     end_grace_s: float = 30.0
+    workflow: WorkflowRequest | None = None
 
 
 # -- cairn.api.fed.<verb> ---------------------------------------------------------------------

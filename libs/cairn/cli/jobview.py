@@ -112,6 +112,42 @@ def print_job(job: JobState) -> None:
         # into a table cell.
         click.echo("results:")
         click.echo(_indent(yaml_text([_result(r) for r in job.results])))
+        for r in job.results:
+            matrix = r.value.get(CROSS_SITE) if isinstance(r.value, dict) else None
+            if isinstance(matrix, dict):
+                print_cross_site(matrix)
+
+
+CROSS_SITE = "cross_site_evaluation"
+"""The key of a result value that holds a cross-site evaluation matrix
+(`cairn.worker.workflows.crosssite`): `cairn job show` draws it as a table too."""
+
+
+def print_cross_site(matrix: dict[str, Any]) -> None:
+    """The matrix as a table: a row per evaluating site, a column per model, each cell
+    that site's first metric of that model (the YAML above has them all)."""
+    raw_models, scores = matrix.get("models"), matrix.get("scores")
+    if not isinstance(raw_models, list) or not raw_models or not isinstance(scores, dict):
+        return
+    models = [str(m) for m in raw_models]
+
+    def cell(row: Any, model: str, metric: str) -> str:
+        value = row.get(model) if isinstance(row, dict) else None
+        number = value.get(metric) if isinstance(value, dict) else None
+        ok = isinstance(number, int | float) and not isinstance(number, bool)
+        return f"{number:.4f}" if ok else "-"
+
+    metric = next((str(k) for row in scores.values() if isinstance(row, dict)
+                   for value in row.values() if isinstance(value, dict) for k in value), "")
+    rows = [(str(site), *(cell(row, m, metric) for m in models))
+            for site, row in sorted(scores.items(), key=lambda item: str(item[0]))]
+    missing = matrix.get("missing")
+    caption = "; ".join(f"{s}: {why}" for s, why in sorted(missing.items(), key=str)) \
+        if isinstance(missing, dict) and missing else None
+    print_table(f"cross-site evaluation ({metric or 'no metrics'}: rows evaluate, columns "
+                "are models)", [Column("site", keep=True), *(Column(m, keep=True)
+                                                             for m in models)],
+                rows, caption=caption)
 
 
 def _result(r: JobResult) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from cairn.events import (
     RoleRequest,
     StudyAdmin,
 )
+from cairn.events.workflow import DPRule, PrivacyRule, WorkflowRequest
 from cairn.runtime.context import Context
 from cairn.state.job import JobResult, JobState, WorkerState
 from cairn.state.study import StudyState
@@ -53,12 +54,14 @@ if TYPE_CHECKING:
     from cairn.snapshot.model import CollectorError, NodeSnapshot, Reading, Snapshot
 
 __all__ = [
-    "BundleFiles", "Client", "CollectorError", "Context", "DeadLetter", "DeadLettered",
+    "BundleFiles", "Client", "CollectorError", "Context", "DPRule", "DeadLetter", "DeadLettered",
     "Eligibility", "EvidenceAccepted", "EvidenceClient", "FederationInfo", "JobRequest",
     "JobResult", "JobState", "JobSubmitted", "LogChunk", "NodeSnapshot", "PhaseResult",
-    "Reading", "Reason", "RecipeRequirement", "Resources", "ResultFile", "Role", "RoleRequest",
+    "PrivacyRule", "Reading", "Reason", "RecipeRequirement", "Resources", "ResultFile", "Role",
+    "RoleRequest",
     "SiteInfo", "Snapshot", "StudyAdmin", "StudyState", "StudyView", "TimelineEntry",
     "TrustList", "TrustedSigner", "ValidationResult", "VerifyingKey", "WorkerState",
+    "WorkflowRequest",
     "delete_message", "get_message",
 ]
 

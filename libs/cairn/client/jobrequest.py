@@ -51,6 +51,7 @@ def request_of_spec(spec: JobSpec, code_digest: str | None) -> JobRequest:
         queue_timeout_s=float(spec.queue_timeout_s),
         end_grace_s=float(spec.end_grace_s),
         requires=requires,
+        workflow=spec.workflow,
     )
 
 

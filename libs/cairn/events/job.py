@@ -8,6 +8,7 @@ import msgspec
 
 from cairn.events.base import Event
 from cairn.events.workerref import WorkerRef
+from cairn.events.workflow import WorkflowRequest
 
 Placement = Literal["hub", "sites"]
 
@@ -114,6 +115,8 @@ class JobSubmitted(Event, tag="job.submitted", frozen=True, kw_only=True):
     end_grace_s: float = 30.0
     """Once the hub role (an FL job's server) finished, how long the other workers have to
     exit on their own before they are stopped (cause `outlived-server`)."""
+    workflow: WorkflowRequest | None = None
+    """The job's federated workflow and privacy filters (`workflow:` in job.yaml)."""
 
 
 class JobQueued(Event, tag="job.queued", frozen=True, kw_only=True):

@@ -13,6 +13,7 @@ import msgspec
 from cairn.events.base import Event
 from cairn.events.job import Resources
 from cairn.events.workerref import OfWorkerAttempt
+from cairn.events.workflow import PrivacyRule
 
 
 class DeployCommand(OfWorkerAttempt, tag="cmd.deploy", frozen=True, kw_only=True):
@@ -31,6 +32,8 @@ class DeployCommand(OfWorkerAttempt, tag="cmd.deploy", frozen=True, kw_only=True
     receipt: dict[str, Any] | None = None
     """For a job that requires a recipe: the coordinator's signed receipt (a DSSE envelope
     around a SLSA VSA v1 statement) naming the evidence that made this site eligible."""
+    privacy: PrivacyRule | None = None
+    """The job's privacy filters (`workflow.privacy`), for the site to merge with its own."""
 
 
 class CancelCommand(Event, tag="cmd.cancel", frozen=True, kw_only=True):
@@ -46,6 +49,9 @@ class DeploymentAccepted(OfWorkerAttempt, tag="deployment.accepted", frozen=True
     launch_id: str
     gpus: list[str] = []
     resources: Resources = Resources()
+    privacy: PrivacyRule | None = None
+    """The filters this site enforces on what the worker sends (its study_runtime.yaml rule
+    merged with the job's, the site's winning); the worker SDK reads them from here."""
 
 
 class DeploymentRejected(OfWorkerAttempt, tag="deployment.rejected", frozen=True, kw_only=True):

@@ -20,12 +20,14 @@ import msgspec
 
 from cairn.errors import InvalidInput
 from cairn.events.job import Resources
+from cairn.events.workflow import WorkflowRequest
 from cairn.spec._forbidden import check_forbidden
 from cairn.spec._located import Located
 from cairn.spec.duration import parse_duration
 from cairn.spec.images import image_problem
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
-from cairn.yamlfile import PathKey, convert, parse, read_text
+from cairn.spec.workflow import parse_workflow
+from cairn.yamlfile import PathKey, YamlDocument, convert, parse, read_text
 
 Placement = Literal["hub", "sites"]
 HUB_ROLE = "server"
@@ -78,6 +80,7 @@ class _RawJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queue_timeout: int | str = DEFAULT_QUEUE_TIMEOUT_S
     end_grace: int | str = DEFAULT_END_GRACE_S
     requires: _RawRequires | None = None
+    workflow: dict[str, Any] | None = None
 
 
 # --- the parsed, canonical spec (lenient, like every event payload) -------------------------
@@ -142,6 +145,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
             may go on to exit on their own before they are stopped (`outlived-server`).
         requires: Evidence requirement, if any.
         code_digest: sha256 of the packed code bundle, filled by the client once uploaded.
+        workflow: The federated workflow by name, its parameters and privacy filters
+            (`cairn.spec.workflow`); None when the job's code chooses for itself.
     """
 
     name: str
@@ -156,6 +161,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     end_grace_s: int = DEFAULT_END_GRACE_S
     requires: Requirement | None = None
     code_digest: str | None = None
+    workflow: WorkflowRequest | None = None
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
@@ -210,7 +216,17 @@ def parse_job_spec(text: str, file: str, base_dir: str | Path) -> JobSpec:
         queue_timeout_s=where.check(("queue_timeout",), parse_duration, raw.queue_timeout),
         end_grace_s=where.check(("end_grace",), parse_duration, raw.end_grace),
         requires=requires,
+        workflow=None if raw.workflow is None else _workflow(doc, where, raw.workflow, roles),
     )
+
+
+def _workflow(doc: YamlDocument, where: Located, data: dict[str, Any],
+              roles: dict[str, Role]) -> WorkflowRequest:
+    workflow = parse_workflow(doc, where, data)
+    if HUB_ROLE not in roles:
+        raise where.error(("workflow",), f"a workflow runs in a {HUB_ROLE!r} role: the job has "
+                          f"none (roles: {', '.join(roles)})")
+    return workflow
 
 
 def _role(where: Located, name: str, raw: _RawRole) -> Role:

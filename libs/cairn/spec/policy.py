@@ -12,8 +12,10 @@ from pathlib import Path
 import msgspec
 
 from cairn.events.job import Resources
+from cairn.events.workflow import PrivacyRule
 from cairn.spec.causes import Cause
 from cairn.spec.images import has_digest, image_problem
+from cairn.spec.privacy import refusal as privacy_refusal
 from cairn.spec.quantity import format_cpus, format_memory
 from cairn.spec.runtime import StudyPolicy, StudyRuntime
 
@@ -89,6 +91,7 @@ def check_deployment(
     running_usage: StudyUsage,
     *,
     job: str | None = None,
+    privacy: PrivacyRule | None = None,
 ) -> Decision:
     """Decide a deployment against the site's study_runtime.yaml.
 
@@ -100,6 +103,7 @@ def check_deployment(
         image: The job's image (None: the study's default).
         running_usage: What the study holds at this site now, excluding this worker.
         job: The job's id, so a second role of a running job is not a second concurrent job.
+        privacy: The job's privacy filters (`workflow.privacy`), against the site's own.
     """
     if runtime is None:
         return Decision(
@@ -115,6 +119,9 @@ def check_deployment(
             cause=Cause.SITE_POLICY,
             message=f"study {study!r} is not in {policy_file}: this site grants it nothing",
         )
+    if (why := privacy_refusal(policy.privacy, privacy, policy_file=policy_file,
+                               study=study)) is not None:
+        return Decision(accepted=False, cause=Cause.SITE_POLICY, message=why)
     ok, reason = image_approved(image, policy)
     if not ok:
         return Decision(accepted=False, cause=Cause.IMAGE_NOT_APPROVED, message=reason)

@@ -21,11 +21,13 @@ from typing import Any, Literal
 import msgspec
 
 from cairn.errors import InvalidInput
+from cairn.events.workflow import PrivacyRule
 from cairn.spec._located import Located
 from cairn.spec.duration import parse_duration
 from cairn.spec.images import image_problem
 from cairn.spec.quantity import parse_cpus, parse_gpus, parse_memory
-from cairn.yamlfile import PathKey, convert, parse, read_text
+from cairn.spec.workflow import parse_site_privacy
+from cairn.yamlfile import PathKey, YamlDocument, convert, parse, read_text
 
 VALIDATION_STUDY = "validation"
 FORMAT = 1
@@ -157,6 +159,7 @@ class _RawPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kubernetes: KubernetesSettings | None = None
     slurm: SlurmPolicy | None = None
     trusted_code: bool = False
+    privacy: dict[str, Any] | None = None
 
 
 class _RawRuntime(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -178,6 +181,9 @@ class StudyPolicy(msgspec.Struct, frozen=True, kw_only=True):
     trusted_code: bool = False
     """The operator trusts this study's code with the site's secrets (see the module
     docstring); False unless written."""
+    privacy: PrivacyRule | None = None
+    """Filters every update from this site must pass (clipping and Gaussian noise, excluded
+    parameter names); they win over a job's own (`cairn.spec.privacy`)."""
 
 
 class StudyRuntime(msgspec.Struct, frozen=True, kw_only=True):
@@ -210,14 +216,15 @@ def parse_study_runtime(text: str, file: str, base_dir: str | Path) -> StudyRunt
         )
     studies = {
         where.name(("studies", name), name, "study"): _policy(
-            where, ("studies", name), policy, Path(base_dir)
+            where, ("studies", name), policy, Path(base_dir), doc
         )
         for name, policy in raw.studies.items()
     }
     return StudyRuntime(format=raw.format, studies=studies)
 
 
-def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPolicy:
+def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path,
+            doc: YamlDocument) -> StudyPolicy:
     images = raw.images
     if images.default is not None and (problem := image_problem(images.default)):
         raise where.error((*at, "images", "default"), problem)
@@ -262,6 +269,8 @@ def _policy(where: Located, at: PathKey, raw: _RawPolicy, base: Path) -> StudyPo
         kubernetes=kube,
         slurm=raw.slurm,
         trusted_code=raw.trusted_code,
+        privacy=None if raw.privacy is None
+        else parse_site_privacy(doc, where, raw.privacy, (*at, "privacy")),
     )
 
 

@@ -155,7 +155,8 @@ def decide(state: AgentState, cmd: DeployCommand, *, policy_file: str | Path,
     study = cmd.study or ""
     # A worker on several nodes holds its resources on each: limits and room see them all.
     decision = check_deployment(policy_file, runtime, study, cmd.resources.times(cmd.nodes),
-                                cmd.image, study_usage(state, study), job=cmd.job)
+                                cmd.image, study_usage(state, study), job=cmd.job,
+                                privacy=cmd.privacy)
     if not decision.accepted:
         return Verdict(launch_id=launch_id, reason=str(decision.cause),
                        message=decision.message)

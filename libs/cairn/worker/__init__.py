@@ -4,7 +4,11 @@
     from cairn.worker.rounds import ...
 
 `cairn.worker.sdk` holds the `Worker` session, `cairn.worker.dataplane` the job's data plane
-(`cairn.data.<study>.<job>...`), `cairn.worker.rounds` the helpers for round-based algorithms.
+(`cairn.data.<study>.<job>...`), `cairn.worker.rounds` the helpers for round-based algorithms,
+`cairn.worker.workflows` the federated strategies a job names in its spec (FedAvg, FedProx,
+FedOpt, SCAFFOLD, cyclic, robust aggregation, cross-site evaluation), `cairn.worker.privacy`
+the filters on what leaves a site, and `cairn.worker.torch` PyTorch state_dicts on the data
+plane (imported on its own; it needs torch).
 """
 
 from cairn.worker.dataplane import Message, RemoteError

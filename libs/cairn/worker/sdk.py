@@ -43,8 +43,10 @@ from cairn.errors import CairnError, InvalidInput, NotFound
 from cairn.events import (
     STUDY_DECODER,
     Deployment,
+    DeploymentAccepted,
     EventEnvelope,
     JobDispatched,
+    JobSubmitted,
     ReportFields,
     ResultFile,
     WorkerExited,
@@ -95,6 +97,11 @@ class Worker:
         self.exited: dict[tuple[str, int], WorkerExited] = {}
         self.exits_changed = asyncio.Event()
         self.deployments: list[Deployment] = []
+        self.submitted: JobSubmitted | None = None
+        """The job as submitted (its workflow, roles, params), once `watch_job` ran."""
+        self.accepted: DeploymentAccepted | None = None
+        """This worker's acceptance by its site's agent (with the privacy filters the site
+        enforces), once `watch_job` ran."""
         self._exit_sub: Any = None
 
     @property
@@ -269,7 +276,8 @@ class Worker:
     # -- peers ---------------------------------------------------------------------------
 
     async def watch_job(self, timeout: float = 10.0) -> None:
-        """Track this job's control-plane facts: who was deployed (`self.deployments`, from
+        """Track this job's control-plane facts: the job as submitted (`self.submitted`),
+        this worker's acceptance (`self.accepted`), who was deployed (`self.deployments`, from
         the coordinator's `dispatched`) and who exited (`self.exited`, `self.exits_changed`,
         from the launchers). A server learns its clients and a client's death from them,
         without waiting for a round's timeout."""
@@ -282,6 +290,12 @@ class Worker:
                 self.exits_changed.set()
             elif isinstance(event, JobDispatched):
                 self.deployments = list(event.deployments)
+            elif isinstance(event, JobSubmitted):
+                self.submitted = event
+            elif isinstance(event, DeploymentAccepted) and (
+                    event.site, event.role, event.rank, event.attempt) == (
+                    self.site, self.role, self.rank, self.attempt):
+                self.accepted = event
 
         async def on_msg(msg: Any) -> None:
             event = decode_event(STUDY_DECODER, msg)  # a site speaks for its own workers

@@ -22,13 +22,22 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
 
 
-def train(model: Model, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float) -> Model:
-    """Full-batch gradient descent on the log loss, starting from `model`."""
+def train(model: Model, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float,
+          mu: float = 0.0, correction: Model | None = None) -> Model:
+    """Full-batch gradient descent on the log loss, starting from `model`.
+
+    `mu` adds FedProx's proximal term (pulling towards `model`), `correction` SCAFFOLD's
+    control-variate correction to every step; both come from the workflow (`ctx`).
+    """
     w, b = model["w"].astype(float).copy(), model["b"].astype(float).copy()
+    w0, b0 = w.copy(), b.copy()
     for _ in range(epochs):
         err = _sigmoid(x @ w + b[0]) - y
-        w -= lr * (x.T @ err) / len(y)
-        b -= lr * err.mean()
+        gw, gb = (x.T @ err) / len(y) + mu * (w - w0), err.mean() + mu * (b - b0)
+        if correction is not None:
+            gw, gb = gw + correction["w"], gb + correction["b"]
+        w -= lr * gw
+        b -= lr * gb
     return {"w": w, "b": b}
 
 

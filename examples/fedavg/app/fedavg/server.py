@@ -20,12 +20,16 @@ async def run(w: Worker) -> None:
         evaluate=lambda m: {"accuracy": lr.accuracy(m, x_pub, y_pub)})
     path = w.workdir / "model.npz"
     np.savez(path, **result.model)
-    await w.result({
+    value = {
+        "workflow": result.workflow,
         "accuracy": [r.metrics["accuracy"] for r in result.rounds],
         "rounds": [{"round": r.round, "sites": r.sites, "wall_s": r.wall_s,
                     "max_compute_s": r.max_compute_s, "overhead_s": r.overhead_s,
                     **r.metrics} for r in result.rounds],
-    }, files=[path])
+    }
+    if result.cross_site is not None:
+        value["cross_site_evaluation"] = result.cross_site.to_json()
+    await w.result(value, files=[path])
 
 
 if __name__ == "__main__":
