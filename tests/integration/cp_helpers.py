@@ -73,7 +73,10 @@ async def rewrite_runtime(fed: EmbeddedFederation, site: str, studies: dict[str,
         before = await loaded()
         path = fed.site_dir(site) / "local" / "study_runtime.yaml"
         path.write_text(yaml.safe_dump({"format": 1, "studies": studies}))
-        for _ in range(100):
+        # Bounded only to report a reload that never comes (a busy machine is slow, not
+        # wrong): the proof is the agent's own `config-loaded` event.
+        deadline = asyncio.get_running_loop().time() + 90
+        while asyncio.get_running_loop().time() < deadline:
             if await loaded() > before:
                 return
             await asyncio.sleep(0.1)

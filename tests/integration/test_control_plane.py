@@ -45,7 +45,7 @@ async def test_two_site_job_completes_and_replay_equals_live(
 async def _rejected(client: Client, job_dir: Path, extra: str = "",
                     roles: str | None = None) -> tuple[str, object]:
     job_id = await client.submit(write_job(job_dir, extra=extra, roles=roles))
-    final = await client.wait(job_id, timeout=30)
+    final = await client.wait(job_id, timeout=120)
     return job_id, final
 
 
