@@ -61,3 +61,60 @@ async def test_flare_trainer_full_and_diff_updates_aggregate_as_fedavg(
     logs = "".join(p.read_text() for p in (federation.site_dir("site-b") / "work").rglob(
         "*.log") if job_id in str(p))
     assert "site-b: round 2 of 3: diff update" in logs, logs
+
+
+PT_TRAINER = '''\
+import torch
+import nvflare.client as flare
+
+flare.init()
+net = torch.nn.Linear(3, 1, bias=False)
+while flare.is_running():
+    input_model = flare.receive()
+    if not all(isinstance(v, torch.Tensor) for v in input_model.params.values()):
+        raise SystemExit(f"not tensors: {input_model.params}")
+    net.load_state_dict(input_model.params)
+    with torch.no_grad():
+        net.weight.add_(1.0)
+    flare.send(flare.FLModel(params=net.cpu().state_dict(), metrics={"loss": 0.5},
+                             meta={"NUM_STEPS_CURRENT_ROUND": 2}))
+'''
+
+PT_JOB = '''\
+name: flare-pt
+code: ./app
+roles:
+  server:
+    entrypoint: python -m cairn.flare.server
+    resources: {cpus: 1, memory: 512Mi}
+  client:
+    api: flare
+    entrypoint: python client.py
+    resources: {cpus: 1, memory: 1Gi}
+    sites: [site-a, site-b]
+params:
+  rounds: 3
+  min_sites: 2
+  round_timeout: 120
+  params_format: pytorch
+  initial_model: {weight: [[1.0, 2.0, 3.0]]}
+timeout: 5m
+'''
+
+
+async def test_a_pytorch_flare_trainer_loads_tensors_unchanged(
+        federation: EmbeddedFederation, client: Client, tmp_path: Path) -> None:
+    """FLARE's PyTorch trainers `load_state_dict(input_model.params)`: with
+    `params_format: pytorch` they are handed tensors, and send their state_dict back."""
+    job = tmp_path / "job"
+    (job / "app").mkdir(parents=True)
+    (job / "app" / "client.py").write_text(PT_TRAINER)
+    (job / "job.yaml").write_text(PT_JOB)
+    job_id = await client.submit(job / "job.yaml")
+    final = await client.wait(job_id, timeout=180)
+    assert final.state == "completed", final
+    assert sorted((w.role, w.exit_code) for w in final.workers.values()) == [
+        ("client", 0), ("client", 0), ("server", 0)]
+    [result] = [r.value for r in final.results if r.role == "server"]
+    assert [r["sites"] for r in result["rounds"]] == [["site-a", "site-b"]] * 3
+    np.testing.assert_allclose(result["model"]["weight"], [[4.0, 5.0, 6.0]], rtol=1e-6)

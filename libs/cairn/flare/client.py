@@ -24,12 +24,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from cairn.errors import CairnError, Timeout
 from cairn.flare.model import FLModel, MetaKey, ParamsType, params_type_of
 from cairn.worker.dataplane import Message
 from cairn.worker.sdk import Worker, WorkerEnvError
 from cairn.worker.sync import SyncWorker
 
+PARAMS_FORMATS = ("numpy", "pytorch")
 WAIT_SLICE_S = 0.2  # how often a waiting trainer looks whether the server role exited
 
 
@@ -45,6 +48,13 @@ class ClientSession:
         self.server = str(worker.params.get("server_role", "server"))
         self.idle_s = float(worker.params.get("client_timeout", 600.0))
         self.total_rounds = int(worker.params.get("rounds", 1))
+        self.params_format = str(worker.params.get("params_format", "numpy"))
+        """What `receive()` hands the trainer: numpy arrays, or (`pytorch`, as FLARE's
+        PyTorch executors exchange them) CPU tensors over the same memory, so a PyTorch
+        trainer's `net.load_state_dict(model.params)` runs unchanged."""
+        if self.params_format not in PARAMS_FORMATS:
+            raise FlareAPIError(f"params_format is {self.params_format!r}: one of "
+                                f"{', '.join(PARAMS_FORMATS)}")
         self.running = True
         self._pending: dict[str, Any] | None = None
         self._current: dict[str, Any] | None = None
@@ -95,8 +105,14 @@ class ClientSession:
         self._received_at = time.perf_counter()
         rnd = int(task["round"])
         model = task.get("model")
-        return FLModel(params_type=ParamsType.FULL,
-                       params=dict(model) if isinstance(model, dict) else {},
+        params = dict(model) if isinstance(model, dict) else {}
+        if self.params_format == "pytorch":
+            from cairn.worker.torch import tensors
+
+            # Copies: a trainer may change its tensors in place, and a DIFF is added to the
+            # model as received.
+            params = tensors({k: np.array(v) for k, v in params.items()})
+        return FLModel(params_type=ParamsType.FULL, params=params,
                        current_round=rnd - 1, total_rounds=self.total_rounds,
                        meta={MetaKey.JOB_ID: self.worker.job,
                              MetaKey.SITE_NAME: self.worker.site})

@@ -75,6 +75,9 @@ class Conversion:
     """Folder under the Cairn job's `app/` -> the FLARE app's `custom/` folder."""
     mapped: list[Finding] = field(default_factory=list)
     unmapped: list[Finding] = field(default_factory=list)
+    pytorch: bool = False
+    """A client trainer exchanges PyTorch tensors (a `PT...` executor, or its
+    `params_exchange_format: pytorch`): the job's `params_format` says so."""
 
 
 def _short(path: str) -> str:
@@ -173,6 +176,8 @@ def read_flare_job(folder: Path, site_names: dict[str, str] | None = None) -> Co
     if not roles:
         raise InvalidInput("no client app with a Client API trainer: nothing to run",
                            file=str(meta_file), field="deploy_map")
+    if conv.pytorch:
+        params["params_format"] = "pytorch"
     conv.spec = {
         "name": conv.name, "code": "./app",
         "roles": {"server": {"entrypoint": "python -m cairn.flare.server",
@@ -296,6 +301,8 @@ def _client(file: Path, app_dir: Path, conv: Conversion, app: str) -> str | None
             conv.unmapped.append(Finding(str(file), where, path, "not a Client API executor"))
             continue
         rel = _script_in(app_dir, script, file, where)
+        if _short(path).startswith("PT") or args.get("params_exchange_format") == "pytorch":
+            conv.pytorch = True
         conv.code[app] = app_dir / "custom"
         entry = f"python {shlex.quote(f'{app}/{rel}')} {script_args}".strip()
         conv.mapped.append(Finding(str(file), where, path,
