@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from cairn.errors import Unavailable
 from cairn.runtime.natsserver import NatsServer
@@ -65,16 +66,28 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
     return Trust(trust_dir)
 
 
-def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str, str],
-                    log: Path, timeout: float = 30.0) -> subprocess.Popen[bytes]:
-    """Start the authority and wait until it answers the server's auth requests."""
-    ready = trust.authority / "ready"
-    ready.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "cairn.authority", "--kit", str(trust.authority),
-           "--nats-url", url, "--federation", str(federation_file)]
+def authority_args(trust: Trust, url: str, federation_file: Path) -> list[str]:
+    """`python -m cairn.authority` arguments for this federation's authority."""
+    return ["--kit", str(trust.authority), "--nats-url", url, "--federation",
+            str(federation_file)]
+
+
+def spawn_authority(args: list[str], env: dict[str, str],
+                    log: Path) -> subprocess.Popen[bytes]:
+    """Start the authority (`wait_authority` waits until it answers)."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", "cairn.authority", *args], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+
+
+def wait_authority(trust: Trust, proc: Polled, log: Path, timeout: float = 30.0) -> None:
+    """Wait until the authority answers the server's auth requests (its ready file).
+
+    Raises:
+        Unavailable: it exited, or was not ready in time (it is killed then).
+    """
+    ready = trust.authority / "ready"
     deadline = time.monotonic() + timeout
     while not ready.exists():
         if proc.poll() is not None:
@@ -82,8 +95,26 @@ def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str
         if time.monotonic() > deadline:
             proc.kill()
             raise Unavailable(f"the authority was not ready after {timeout:g}s; see {log}")
-        time.sleep(0.01)
+        time.sleep(0.005)
+
+
+def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str, str],
+                    log: Path, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+    """Start the authority and wait until it answers the server's auth requests."""
+    (trust.authority / "ready").unlink(missing_ok=True)
+    proc = spawn_authority(authority_args(trust, url, federation_file), env, log)
+    wait_authority(trust, proc, log, timeout)
     return proc
+
+
+class Polled(Protocol):
+    """A child process as `subprocess.Popen` and `cairn.runtime.forked.ForkedProcess` are."""
+
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
 
 
 def service_args(trust: Trust, name: str) -> list[str]:
