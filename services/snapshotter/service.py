@@ -23,6 +23,8 @@ import asyncio
 import functools
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -165,8 +167,9 @@ class SnapshotterService:
     def _collect(self) -> Snapshot:
         from cairn.snapshot.collect import collect_local
 
-        snap = collect_local(self.site, node_name=self.node_name,
-                             cluster=self._cluster_collectors())
+        cluster = self._cluster_collectors()
+        snap = (collect_in_child(self.site, self.node_name) if cluster is None else None) \
+            or collect_local(self.site, node_name=self.node_name, cluster=cluster)
         extra = self._extra_readings()
         if not extra:
             return snap
@@ -213,3 +216,28 @@ class SnapshotterService:
         if not isinstance(data, dict):
             raise InvalidInput("must be a JSON object {path: reading}", file=str(self.extra_file))
         return {str(k): v for k, v in data.items()}
+
+
+def collect_in_child(site: str, node_name: str | None) -> Snapshot | None:
+    """The default collectors' snapshot, taken in a child process (`cairn.snapshot._child`)
+    so that what they import and allocate leaves with it; None (and a warning) when the
+    child fails, for the caller to collect here instead."""
+    from cairn.snapshot.collect import DEADLINE
+    from cairn.snapshot.model import decode
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "cairn.snapshot._child", site,
+                               node_name or ""], capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=DEADLINE + 30.0, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("snapshot child failed (%s); collecting in this process", exc)
+        return None
+    if done.returncode != 0:
+        log.warning("snapshot child exited %d (%s); collecting in this process",
+                    done.returncode, done.stderr.decode(errors="replace").strip()[-300:])
+        return None
+    try:
+        return decode(done.stdout, source="the snapshot child")
+    except CairnError as exc:
+        log.warning("snapshot child: %s; collecting in this process", exc)
+        return None
