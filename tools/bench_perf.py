@@ -88,23 +88,19 @@ def _first(marks: list[dict[str, Any]], phase: str, site: str | None = None) -> 
 
 
 def _breakdown(marks: list[dict[str, Any]], launched: float, ended: float) -> dict[str, float]:
-    """Seconds per phase of one `cairn up --check` (NaN where a phase was not marked)."""
-    at = {p: _first(marks, p) for p in ("up.start", "up.preloaded", "up.provisioned",
-                                          "up.nats_ready", "up.authority_ready",
-                                          "up.parents_started", "up.healthy", "up.stopped")}
-    out = {"interpreter_and_cli_s": at["up.start"] - launched,
-           "preload_s": at["up.preloaded"] - at["up.start"],
-           "provision_s": at["up.provisioned"] - (at["up.preloaded"] if at["up.preloaded"]
-                                                  == at["up.preloaded"] else at["up.start"]),
-           "nats_ready_after_provision_s": at["up.nats_ready"] - at["up.provisioned"],
-           "authority_ready_after_nats_s": at["up.authority_ready"] - at["up.nats_ready"],
-           "parents_forked_after_authority_s": at["up.parents_started"]
-           - at["up.authority_ready"],
-           "healthy_after_parents_forked_s": at["up.healthy"] - at["up.parents_started"],
-           "from_command_start_s": at["up.healthy"] - launched,
-           "stop_s": at["up.stopped"] - at["up.healthy"],
-           "exit_after_stop_s": ended - at["up.stopped"],
-           "command_wall_s": ended - launched}
+    """Seconds per phase of one `cairn up --check`: from the command's start to `cairn up`'s
+    first mark, then from each of its marks to the next (`a->b`), each parent's connect and
+    ready, the whole command, and from its start to healthy."""
+    own = sorted((float(m["t"]), str(m["phase"])) for m in marks
+                 if str(m.get("phase", "")).startswith("up."))
+    out: dict[str, float] = {}
+    previous, name = launched, "command"
+    for t, phase in own:
+        out[f"{name}->{phase.removeprefix('up.')}_s"] = t - previous
+        previous, name = t, phase.removeprefix("up.")
+    out["exit_after_stop_s"] = ended - previous
+    out["from_command_start_s"] = _first(marks, "up.healthy") - launched
+    out["command_wall_s"] = ended - launched
     for site in sorted({str(m["site"]) for m in marks if m.get("phase") == "parent.start"}):
         start = _first(marks, "parent.start", site)
         connected = _first(marks, "parent.connected", site)

@@ -182,10 +182,10 @@ class EmbeddedFederation:
         phases.mark("up.start")
         self._fork = fork
         if fork:
-            preload(("coordinator", "validator", "signer", *SITE_SERVICES),
-                    authority=self.secure, zygote=True)
-            phases.mark("up.preloaded")
-            # Before any secret is read here: what a zygote holds, its workers hold.
+            # What a worker imports first, and the warm interpreters forked with it before any
+            # secret is read here: what a zygote holds, its workers hold.
+            preload((), zygote=True)
+            phases.mark("up.worker_preloaded")
             self._fork_zygotes()
         self.nats = NatsServer(self.dir / "nats", port=self.port)
         if self.secure:
@@ -201,10 +201,17 @@ class EmbeddedFederation:
             log = logs / "authority.log"
             (self.trust.authority / "ready").unlink(missing_ok=True)  # a killed one's
             args = secure.authority_args(self.trust, self.nats.url, self.federation_file)
+            if fork:
+                preload((), authority=True)
             proc: subprocess.Popen[bytes] | ForkedProcess = (
                 fork_authority(args, self._env(), log, close=list(self._zygotes.values()))
                 if fork else secure.spawn_authority(args, self._env(), log))
             self.processes.append(Process("authority", self.hub, (), proc, log))
+            phases.mark("up.authority_started")
+        if fork:
+            # The parents' imports, while the server and the authority start beside them.
+            preload(("coordinator", "validator", "signer", *SITE_SERVICES))
+            phases.mark("up.preloaded")
         self.nats.wait_ready()
         phases.mark("up.nats_ready")
         self.record()

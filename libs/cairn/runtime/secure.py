@@ -6,6 +6,8 @@ nats-server config that demands TLS and the authority's say, and the authority p
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import time
@@ -50,12 +52,26 @@ class Trust:
                           "federation.yaml? (`cairn provision` makes one)")
 
 
+PROVISIONED = "provisioned.json"
+"""In the trust folder: the digest of what it was last provisioned for (the federation file,
+the URL, the server's host names) and the kits it then held."""
+
+
 def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
-    """Provision what is missing and point `nats` at the secure config (before it starts)."""
-    fed = load_federation(federation_file)
+    """Provision what is missing and point `nats` at the secure config (before it starts).
+
+    Provisioning is skipped when the trust folder was provisioned for this very federation
+    file, URL and hosts and every kit made then is still there (`PROVISIONED`): a `cairn
+    up` on a folder it ran in before reads no federation file and writes no kit."""
     url = f"tls://{nats.host}:{nats.port}"
-    provision(fed, trust_dir, url=url, hosts=["localhost", nats.host], port=nats.port,
-              monitor_port=nats.monitor_port)
+    hosts = ["localhost", nats.host]
+    digest = _provision_digest(federation_file, url, hosts)
+    if not _provisioned_for(trust_dir, digest):
+        fed = load_federation(federation_file)
+        provision(fed, trust_dir, url=url, hosts=hosts, port=nats.port,
+                  monitor_port=nats.monitor_port)
+        kits = sorted([*(s.name for s in fed.sites), *(a.name for a in fed.admins)])
+        (trust_dir / PROVISIONED).write_text(json.dumps({"digest": digest, "kits": kits}))
     # The root seed, the CA key and every kit: this user's alone, so a worker under a uid of
     # its own cannot even look in (a sandboxed one does not see the folder at all).
     for folder in (trust_dir, trust_dir / "root"):
@@ -66,10 +82,33 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
     return Trust(trust_dir)
 
 
+def _provision_digest(federation_file: Path, url: str, hosts: list[str]) -> str:
+    data = json.dumps({"federation": federation_file.read_bytes().hex(), "url": url,
+                       "hosts": hosts}).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _provisioned_for(trust_dir: Path, digest: str) -> bool:
+    try:
+        record = json.loads((trust_dir / PROVISIONED).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("digest") != digest:
+        return False
+    kits = record.get("kits")
+    needed = [trust_dir / "ca" / "ca.pem", trust_dir / "server" / "server.pem",
+              trust_dir / "authority" / "account.nk", trust_dir / "root" / "root.nk"]
+    if not isinstance(kits, list) or not all(isinstance(k, str) and k for k in kits):
+        return False
+    return all(p.exists() for p in needed) and all(
+        (trust_dir / "kits" / k / "kit.yaml").is_file() and "/" not in k for k in kits)
+
+
 def authority_args(trust: Trust, url: str, federation_file: Path) -> list[str]:
     """`python -m cairn.authority` arguments for this federation's authority."""
+    # One nats-server, of `cairn up`'s own: no other's connections to wait for.
     return ["--kit", str(trust.authority), "--nats-url", url, "--federation",
-            str(federation_file)]
+            str(federation_file), "--servers", "1"]
 
 
 def spawn_authority(args: list[str], env: dict[str, str],

@@ -71,7 +71,10 @@ def send_msg(sock: socket.socket, body: dict[str, Any]) -> None:
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
     buf = b""
     while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
+        try:
+            chunk = sock.recv(n - len(buf))
+        except ConnectionResetError:  # the launcher went with our hello unread: a hang-up
+            return None
         if not chunk:
             return None
         buf += chunk
