@@ -209,7 +209,9 @@ def idle_memory(up_pid: int, dir_: Path) -> dict[str, Any]:
             continue
         sites[name] = {k: round(parent[k] + (zygote or {}).get(k, 0.0), 1) for k in parent}
         sites[name]["warm_interpreter"] = zygote is not None
+    site_pss = [v["pss_mib"] for k, v in sites.items() if k.startswith("site-")]
     return {"processes": processes, "per_site_parent_plus_warm_interpreter": sites,
+            "per_site_max_pss_mib": max(site_pss) if site_pss else None,
             "total_pss_mib": round(sum(m["pss_mib"] for m in processes.values() if m), 1)}
 
 
@@ -333,7 +335,8 @@ async def _jobs(work: Path, fed_dir: Path, context: Path) -> dict[str, Any]:
                          "round_wall_s": [round(r["wall_s"], 4) for r in rounds],
                          "round_overhead_s": [round(r["overhead_s"], 4) for r in rounds]},
         "warm_fedavg_submit_to_completed_s": _stats(warm),
-        "round_overhead_s_median": round(statistics.median(r["overhead_s"] for r in rounds), 4),
+        "round_overhead_ms_median": round(statistics.median(r["overhead_s"] for r in rounds)
+                                          * 1000, 3),
         "probe_worker": {k: _stats([p[k] for p in probes]) for k in
                          ("first_line_s", "worker_import_s", "worker_connect_s")},
         "cold_imports_on_the_worker_path": sorted({m for p in probes

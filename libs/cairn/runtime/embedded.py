@@ -240,9 +240,10 @@ class EmbeddedFederation:
         """A warm interpreter for each site's process launcher, forked now (it shares this
         process's imports page for page) and handed to its parent (`ZYGOTE_FD_ENV`)."""
         from cairn.launcher.backends._warm import enabled_by_env, zygote_env
+        from cairn.launcher.backends._zygote import forkable
 
-        if not enabled_by_env():
-            return
+        if not enabled_by_env() or not forkable():
+            return  # each launcher starts its own, as a spawned parent's does
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for site in self.sites:

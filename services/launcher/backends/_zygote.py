@@ -280,14 +280,24 @@ def serve_forked(sock: socket.socket) -> int:
     """`main` in a zygote forked (`cairn.runtime.forked.fork_zygote`) from a process that has
     imported `PRELOAD` already and read no secret: made what `python -u -m` of this module
     would be, as far as a worker can tell (its path, unbuffered stdio, default signals)."""
+    # Nothing the forking process had open but our socket (a fresh one inherits nothing
+    # else); the objects that held them are kept from the collector first, so none is
+    # finalized later and closes a number reused by then.
+    gc.freeze()
+    fd = sock.fileno()
+    os.closerange(3, fd)
+    os.closerange(fd + 1, max(fd + 2, os.sysconf("SC_OPEN_MAX")))
     sys.path[:] = fresh_path(sys.path)
-    sys.argv = [__file__, str(sock.fileno())]
+    sys.argv = [__file__, str(fd)]
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, f"__{name}__", None) or getattr(sys, name)
         setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
                                             encoding=old.encoding, errors=old.errors,
                                             write_through=True))
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # From the environment at start, as a fresh interpreter reads it (`sys.flags` itself
+    # keeps the forking interpreter's: see `forkable`).
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     # The forking process's exit handlers are not a worker's (logging's is, as a fresh
     # interpreter registers it on import).
     import atexit
@@ -339,6 +349,19 @@ def _finalize() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
+
+
+CHANGING_FLAGS = ("debug", "inspect", "interactive", "optimize", "no_user_site", "no_site",
+                  "ignore_environment", "verbose", "bytes_warning", "isolated", "dev_mode",
+                  "safe_path")
+"""Interpreter flags that change how a worker's code runs: a process started with any of
+them set forks no zygote (`forkable`), as its workers would run unlike cold ones."""
+
+
+def forkable() -> bool:
+    """Whether a zygote forked from this interpreter gives workers what `python -u -m`
+    would: none of `CHANGING_FLAGS` set (`-B`'s is set right in the zygote)."""
+    return not any(getattr(sys.flags, name, 0) for name in CHANGING_FLAGS)
 
 
 def fresh_path(path: list[str]) -> list[str]:
