@@ -288,9 +288,22 @@ def _sign_and_load(spec: Path) -> dict[str, float]:
         loads.append(t1 - t0)
         packs.append(t2 - t1)
         signs.append(t3 - t2)
+    mints = []
+    site_creds = os.environ.get("_BENCH_SITE_CREDS", "")
+    if site_creds:
+        from cairn.trust.workers import worker_secrets
+
+        for i in range(20):
+            t0 = time.perf_counter()
+            worker_secrets(site_creds, None, study="demo", job=f"j-{i}", site="site-a",
+                           role="client", attempt=0, launch_id=f"j-{i}/site-a/client/0/0",
+                           timeout_s=600)
+            mints.append(time.perf_counter() - t0)
     return {"spec_load_ms": round(statistics.median(loads) * 1000, 3),
             "bundle_ms": round(statistics.median(packs) * 1000, 3),
-            "sign_ms": round(statistics.median(signs) * 1000, 3)}
+            "sign_ms": round(statistics.median(signs) * 1000, 3),
+            "worker_credential_mint_ms": round(statistics.median(mints) * 1000, 3)
+            if mints else None}
 
 
 async def _jobs(work: Path, fed_dir: Path, context: Path) -> dict[str, Any]:
@@ -327,6 +340,8 @@ async def _jobs(work: Path, fed_dir: Path, context: Path) -> dict[str, Any]:
     finally:
         await client.close()
     os.environ["_BENCH_ADMIN_CREDS"] = str(ctx.creds or "")
+    site_kit = fed_dir / "trust" / "kits" / "site-a" / "site.creds"
+    os.environ["_BENCH_SITE_CREDS"] = str(site_kit) if site_kit.exists() else ""
     local = _sign_and_load(work / "job-1" / "job.yaml")
     return {
         "first_fedavg": {"submit_to_completed_s": round(first, 4),
@@ -429,8 +444,21 @@ def _retained(code: str, top: int = 12) -> dict[str, Any]:
     return result
 
 
+def _numpy_import_s(runs: int = 3) -> dict[str, float] | None:
+    """What the FedAvg example's own first import costs a fresh interpreter (a job's import:
+    never preloaded, see cairn.launcher.backends._zygote)."""
+    took = []
+    for _ in range(runs):
+        done = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); "
+                               "import numpy; print(time.perf_counter() - t)"],
+                              env=_env(None), capture_output=True, text=True, timeout=60,
+                              check=True)
+        took.append(float(done.stdout.strip()))
+    return _stats(took)
+
+
 def imports() -> dict[str, Any]:
-    return {"importtime_parents_preload": _importtime(PRELOAD),
+    return {"numpy_import_s": _numpy_import_s(),"importtime_parents_preload": _importtime(PRELOAD),
             "importtime_cli": _importtime("import cairn.cli.main, cairn.cli.up"),
             "importtime_worker_path": _importtime(WORKER_PATH),
             "tracemalloc_parents_preload": _retained(PRELOAD),

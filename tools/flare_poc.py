@@ -24,6 +24,7 @@ nothing of Cairn and Cairn imports nothing of it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -136,11 +137,13 @@ def one_run(root: Path) -> dict[str, Any]:
     try:
         start = _nvflare(env, "poc", "start", "--timeout", "120", timeout=180)
         _say(f"poc start returned in {start:.2f}s")
-        session = new_secure_session(ADMIN, str(prod / ADMIN), timeout=60)
-        try:
-            jobs = [_run_job(session, job, prod) for _ in range(3)]
-        finally:
-            session.close()
+        # FLARE's API prints progress on stdout, which is this tool's JSON.
+        with contextlib.redirect_stdout(sys.stderr):
+            session = new_secure_session(ADMIN, str(prod / ADMIN), timeout=60)
+            try:
+                jobs = [_run_job(session, job, prod) for _ in range(3)]
+            finally:
+                session.close()
         _say(f"jobs: {[round(j[0], 2) for j in jobs]}")
         time.sleep(2.0)  # idle
         memory = [_pss_rss_mib(pid) for pid in _client_parents(workspace)]
