@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -111,14 +112,22 @@ def _breakdown(marks: list[dict[str, Any]], launched: float, ended: float) -> di
 
 
 def _up_check(dir_: Path, work: Path, tag: str) -> dict[str, float]:
-    from cairn.runtime import phases
+    try:
+        from cairn.runtime import phases
+    except ImportError:  # a checkout from before the marks: the command's own figures only
+        phases = None
 
     marks_file = work / f"phases-{tag}.jsonl"
     launched = time.time()
-    subprocess.run([sys.executable, "-m", "cairn", "up", "--check", "--dir", str(dir_)],
-                   cwd=work, env=_env(marks_file), capture_output=True, text=True,
-                   timeout=180, check=True)
-    return _breakdown(phases.read(marks_file), launched, time.time())
+    done = subprocess.run([sys.executable, "-m", "cairn", "up", "--check", "--dir", str(dir_)],
+                          cwd=work, env=_env(marks_file), capture_output=True, text=True,
+                          timeout=180, check=True)
+    out = _breakdown(phases.read(marks_file) if phases else [], launched, time.time())
+    # What the command itself says: healthy after its parents' start, and after its own.
+    found = re.search(r"in ([\d.]+)s \(([\d.]+)s from start\)", done.stdout)
+    out["cli_says_healthy_s"] = float(found.group(1)) if found else float("nan")
+    out["cli_says_from_start_s"] = float(found.group(2)) if found else float("nan")
+    return out
 
 
 def start(runs: int = UP_RUNS) -> dict[str, Any]:
@@ -263,7 +272,7 @@ async def _timeline(client: Any, job: str, t0: float) -> dict[str, float]:
     return first
 
 
-def _sign_and_load(spec: Path) -> dict[str, float]:
+def _sign_and_load(spec: Path) -> dict[str, float | None]:
     """Spec load, code bundle and request signing, in this process (ms, median of 20)."""
     from cairn import api
     from cairn import codebundle as bundle
@@ -467,7 +476,7 @@ def imports() -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     load = os.getloadavg()
-    result = {"start": start(), "first_job": first_job(), "imports": imports()}
+    result: dict[str, Any] = {"start": start(), "first_job": first_job(), "imports": imports()}
     result["load_avg_1_5_15"] = [round(x, 2) for x in (*load[:1], *os.getloadavg()[1:])]
     return result
 
