@@ -32,9 +32,12 @@ def test_a_folder_provisioned_for_the_same_federation_is_not_provisioned_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trust = _prepare(tmp_path, FEDERATION)
     creds = trust.creds("site-a").read_bytes()
+    import cairn.trust.provision as provisioning
+
     calls: list[object] = []
-    real = secure.provision
-    monkeypatch.setattr(secure, "provision", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = provisioning.provision
+    monkeypatch.setattr(provisioning, "provision",
+                        lambda *a, **k: calls.append(a) or real(*a, **k))
 
     assert _prepare(tmp_path, FEDERATION).creds("site-a").read_bytes() == creds
     assert calls == []  # same file, URL and hosts, every kit there: nothing read or written

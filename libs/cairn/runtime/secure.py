@@ -17,8 +17,7 @@ from typing import Protocol
 
 from cairn.errors import Unavailable
 from cairn.runtime.natsserver import NatsServer
-from cairn.spec.federation import load_federation
-from cairn.trust.provision import provision, write_nats_config
+from cairn.trust.natsconfig import write_nats_config
 
 INSECURE_WARNING = ("WARNING: running INSECURE (--insecure): no TLS, no authentication, no "
                     "authorization; anyone who reaches the NATS port can read and do anything. "
@@ -67,6 +66,9 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
     hosts = ["localhost", nats.host]
     digest = _provision_digest(federation_file, url, hosts)
     if not _provisioned_for(trust_dir, digest):
+        from cairn.spec.federation import load_federation
+        from cairn.trust.provision import provision
+
         fed = load_federation(federation_file)
         provision(fed, trust_dir, url=url, hosts=hosts, port=nats.port,
                   monitor_port=nats.monitor_port)
