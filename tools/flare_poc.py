@@ -3,8 +3,8 @@
 Run it with a Python that has `nvflare` installed (its own venv: it is never a dependency of
 Cairn), not the project's:
 
-    python3 -m venv /tmp/flare && /tmp/flare/bin/pip install 'nvflare==2.9.*'
-    /tmp/flare/bin/python tools/flare_poc.py [--runs 3] > flare.json
+    python3 -m venv .flare-venv && .flare-venv/bin/pip install 'nvflare==2.9.*'
+    .flare-venv/bin/python tools/flare_poc.py [--runs 3] > flare.json
 
 It prepares a 2-client POC workspace in a temporary folder and, per run:
 
