@@ -125,7 +125,9 @@ async def test_a_warm_worker_sees_what_a_cold_one_sees(
     assert warm["traceparent"] == warm["env"]["TRACEPARENT"]  # not the zygote's (none)
 
 
-FDS = "import json, os; print(json.dumps(sorted(os.listdir('/proc/self/fd'))), flush=True)"
+FDS = ("import json, os; block = open('/proc/self/environ', 'rb').read().split(b'\\0'); "
+       "print(json.dumps([sorted(os.listdir('/proc/self/fd')), "
+       "sorted({e.split(b'=')[0].decode() for e in block if b'=' in e})]), flush=True)")
 EXITS = "import atexit, sys; atexit.register(print, 'bye', flush=True); sys.exit(3)"
 
 
@@ -162,7 +164,10 @@ async def test_a_zygote_forked_by_cairn_up_is_a_fresh_ones_equal(
                 assert comparable(seen, str(tmp_path / "warm-site")) == comparable(
                     cold, str(tmp_path / "cold-site"))
             else:
-                assert seen == cold  # no descriptor of this process, nor the zygote's socket
+                # No descriptor of this process, nor the zygote's socket; nothing of the
+                # environment it was started with in /proc/self/environ.
+                assert seen[0] == cold[0]
+                assert cold[1] and not set(seen[1]) - set(cold[1])
         handle = await warm.launch(make_spec(bundle, ["python", "-c", EXITS], rank=9,
                                              cpus=[0], trusted_code=True))
         ended = await warm.wait(handle)

@@ -287,6 +287,7 @@ def serve_forked(sock: socket.socket) -> int:
     fd = sock.fileno()
     os.closerange(3, fd)
     os.closerange(fd + 1, max(fd + 2, os.sysconf("SC_OPEN_MAX")))
+    _wipe_exec_environ()
     sys.path[:] = fresh_path(sys.path)
     sys.argv = [__file__, str(fd)]
     for name, fd in (("stdout", 1), ("stderr", 2)):
@@ -349,6 +350,24 @@ def _finalize() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
+
+
+def _wipe_exec_environ() -> None:
+    """Zero the environment block the forking process was exec'd with. `/proc/PID/environ`
+    reads it from memory, so every worker forked from here would show `cairn up`'s whole
+    environment there (a spawned zygote's holds only its own few variables). `os.environ`
+    was replaced before (`cairn.runtime.forked.fork_main`), and the C `environ` no longer
+    points into the block."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: proc(5) 50, 51
+    except (OSError, IndexError, ValueError):
+        return
+    if 0 < start < end:
+        ctypes.memset(start, 0, end - start)
 
 
 CHANGING_FLAGS = ("debug", "inspect", "interactive", "optimize", "no_user_site", "no_site",
