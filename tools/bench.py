@@ -4,7 +4,9 @@
 
 Each section is a module `tools/bench_<name>.py` with `run() -> dict` (a coroutine is awaited).
 A module that does not exist yet is recorded as `{"skipped": why}`; one that fails is recorded
-as `{"error": why}` and the exit code is 1, after the other sections have run.
+as `{"error": why}` and the exit code is 1, after the other sections have run. Last comes
+`targets` (tools/bench_targets.py): every figure with a target, met or not, beside NVIDIA
+FLARE's where there is one.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ SECTIONS = {
     "guard": "bench_guard",
     "bundles": "bench_bundles",
     "workflows": "bench_workflows",
+    "perf": "bench_perf",
 }
 
 
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         doc[name], section_ok = run_section(SECTIONS[name])
         ok = ok and section_ok
+    from bench_targets import targets
+
+    doc["targets"] = targets(doc)
     print(json.dumps(doc, indent=2))
     return 0 if ok else 1
 

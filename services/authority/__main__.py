@@ -24,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    default=float(os.environ.get("CAIRN_AUTHORITY_SESSION_S", "900")),
                    help="seconds an admitted connection's rights last before it reconnects "
                         "for a fresh decision (default 900)")
+    p.add_argument("--servers", type=int, default=None,
+                   help="how many nats-servers the federation has, when that is certain (a "
+                        "restart then re-learns connections without waiting for more "
+                        "answers); default: unknown")
     p.add_argument("--log-level", default=os.environ.get("CAIRN_LOG_LEVEL", "info"))
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_logging(a.log_level, "text", "authority", "hub")
@@ -33,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fed = load_federation(a.federation) if a.federation else None
         service = AuthorityService(Path(a.kit), a.nats_url or "tls://127.0.0.1:4222", fed,
-                                   session_s=a.session)
+                                   session_s=a.session, servers=a.servers)
 
         async def run() -> None:
             stop = asyncio.Event()

@@ -111,9 +111,14 @@ class Records:
         return out
 
 
-async def live_connections(sys_bus: Bus) -> dict[tuple[str, int], str]:
+async def live_connections(sys_bus: Bus, servers: int | None = None
+                           ) -> dict[tuple[str, int], str]:
     """Every client connection of the APP account on every server: (server id, cid) ->
-    its authorized user (the name in its user JWT, or a static user's key)."""
+    its authorized user (the name in its user JWT, or a static user's key).
+
+    Replies are gathered for `GATHER_S`, as how many servers answer is not known; with
+    `servers` (how many there are, for certain: `cairn up` runs one), once that many have
+    answered a page."""
     nc = sys_bus.nc
     inbox = nc.new_inbox()
     replies: asyncio.Queue[bytes] = asyncio.Queue()
@@ -129,15 +134,18 @@ async def live_connections(sys_bus: Bus) -> dict[tuple[str, int], str]:
             body = {"acc": APP_ACCOUNT, "auth": True, "limit": PAGE, "offset": offset}
             await nc.publish(CONNZ, json.dumps(body).encode(), reply=inbox)
             more = False
+            answered: set[str] = set()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + GATHER_S
-            while (left := deadline - loop.time()) > 0:
+            while (left := deadline - loop.time()) > 0 and \
+                    (servers is None or len(answered) < servers):
                 try:
                     data = await asyncio.wait_for(replies.get(), left)
                 except TimeoutError:
                     break
                 page = json.loads(data)
                 server = str((page.get("server") or {}).get("id", ""))
+                answered.add(server)
                 conns = (page.get("data") or {}).get("connections") or []
                 for c in conns:
                     found[(server, int(c.get("cid", 0)))] = str(c.get("authorized_user", ""))

@@ -45,6 +45,7 @@ from cairn.events import (
     WorkerExited,
 )
 from cairn.files import read_text
+from cairn.runtime import phases
 from cairn.runtime.context import tls_context
 from cairn.spec.federation import Federation
 from cairn.spec.runtime import VALIDATION_STUDY
@@ -73,8 +74,10 @@ class AuthorityService:
     """Answers auth callouts and keeps admitted connections within their rights."""
 
     def __init__(self, kit: Path, nats_url: str, federation: Federation | None,
-                 session_s: float = SESSION_S) -> None:
+                 session_s: float = SESSION_S, servers: int | None = None) -> None:
         self.kit = kit
+        self.servers = servers
+        """How many nats-servers there are, when known for certain (see `live_connections`)."""
         self.nats_url = nats_url
         self.federation = federation
         # Every file of the kit read bounded (`cairn.files`): one message, never a hang.
@@ -94,17 +97,22 @@ class AuthorityService:
         self._sweep = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
+        phases.mark("authority.start")
         self._reader = await self._connect("reader")
         self._sys = await self._connect("sys")
+        phases.mark("authority.connected")
         self._load_revocations()
         self._seed_membership()
         await self._prepare_streams()
+        phases.mark("authority.streams")
         await self._follow()
+        phases.mark("authority.followed")
         await self._reader.subscribe_core(subjects.site_studies_all(), self._on_studies_request)
         await self._sys.subscribe_core(DISCONNECT_EVENTS, self._on_disconnect)
         self.records = Records(self._reader)
         await self.records.open()
         await self._relearn()
+        phases.mark("authority.relearned")
         self._auth = await self._connect("auth")
         await self._auth.nc.subscribe(AUTH_SUBJECT, cb=self._on_auth_request)
         await self._auth.nc.flush(timeout=5)
@@ -291,7 +299,7 @@ class AuthorityService:
         disconnect those without one (they come back through a fresh decision)."""
         assert self.records is not None and self._sys is not None
         records = await self.records.all()
-        live = await live_connections(self._sys)
+        live = await live_connections(self._sys, self.servers)
         restored = unknown = 0
         for key, user in live.items():
             if user == self.reader_key:

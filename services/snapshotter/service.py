@@ -20,16 +20,19 @@ here. `actor` names who submits those jobs (default: the seed's first project ad
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn import api, subjects
 from cairn.bus import UndecodableRecord, report_skipped
-from cairn.errors import CairnError, InvalidInput, NotFound
+from cairn.errors import CairnError, InvalidInput, NotFound, Unavailable
 from cairn.events import ReadingChange, SnapshotDrift, SnapshotRecorded, stamp
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.snapshot import Reading, Snapshot, diff, flatten, make_snapshot
@@ -51,6 +54,7 @@ class SnapshotterService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.site: str = config.site
+        self._child = ChildCollection()
         from cairn.spec.site import load_site_config
 
         if config.site_config:
@@ -103,6 +107,7 @@ class SnapshotterService:
 
     async def stop(self) -> None:
         self._ready = False
+        self._child.stop()  # a collection under way would hold the exit for seconds
 
     async def _previous(self) -> Snapshot | None:
         assert self.rt is not None
@@ -165,8 +170,9 @@ class SnapshotterService:
     def _collect(self) -> Snapshot:
         from cairn.snapshot.collect import collect_local
 
-        snap = collect_local(self.site, node_name=self.node_name,
-                             cluster=self._cluster_collectors())
+        cluster = self._cluster_collectors()
+        snap = (self._child.collect(self.site, self.node_name) if cluster is None else None) \
+            or collect_local(self.site, node_name=self.node_name, cluster=cluster)
         extra = self._extra_readings()
         if not extra:
             return snap
@@ -213,3 +219,56 @@ class SnapshotterService:
         if not isinstance(data, dict):
             raise InvalidInput("must be a JSON object {path: reading}", file=str(self.extra_file))
         return {str(k): v for k, v in data.items()}
+
+
+class ChildCollection:
+    """The default collectors' snapshot, taken in a child process (`cairn.snapshot._child`)
+    so that what they import and allocate leaves with it."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopped = False
+
+    def collect(self, site: str, node_name: str | None) -> Snapshot | None:
+        """The snapshot; None (and a warning) when the child failed, for the caller to
+        collect in this process instead.
+
+        Raises:
+            Unavailable: the service is stopping (the child was ended for it).
+        """
+        from cairn.snapshot.collect import DEADLINE
+        from cairn.snapshot.model import decode
+
+        if self._stopped:
+            raise Unavailable("the snapshotter is stopping")
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "cairn.snapshot._child", site, node_name or ""],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = self._proc.communicate(timeout=DEADLINE + 30.0)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            if self._proc is not None:
+                self._proc.kill()
+                self._proc.communicate()
+            log.warning("snapshot child failed (%s); collecting in this process", exc)
+            return None
+        code, self._proc = self._proc.returncode, None
+        if self._stopped:
+            raise Unavailable("the snapshotter is stopping")
+        if code != 0:
+            log.warning("snapshot child exited %d (%s); collecting in this process", code,
+                        err.decode(errors="replace").strip()[-300:])
+            return None
+        try:
+            return decode(out, source="the snapshot child")
+        except CairnError as exc:
+            log.warning("snapshot child: %s; collecting in this process", exc)
+            return None
+
+    def stop(self) -> None:
+        """End a collection under way (its thread returns at once); no more after this."""
+        self._stopped = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()

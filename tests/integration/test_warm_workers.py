@@ -125,6 +125,62 @@ async def test_a_warm_worker_sees_what_a_cold_one_sees(
     assert warm["traceparent"] == warm["env"]["TRACEPARENT"]  # not the zygote's (none)
 
 
+FDS = ("import json, os; block = open('/proc/self/environ', 'rb').read().split(b'\\0'); "
+       "print(json.dumps([sorted(os.listdir('/proc/self/fd')), "
+       "sorted({e.split(b'=')[0].decode() for e in block if b'=' in e})]), flush=True)")
+EXITS = "import atexit, sys; atexit.register(print, 'bye', flush=True); sys.exit(3)"
+
+
+async def test_a_zygote_forked_by_cairn_up_is_a_fresh_ones_equal(
+    tmp_path: Path, bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cairn up` forks each launcher's zygote from its own process (which imported the
+    zygote's modules and read no secret): its workers must see what cold ones see, hold no
+    descriptor of the forking process, and end as an interpreter would."""
+    import sys
+
+    from cairn.runtime.forked import ZYGOTE_FD_ENV, fork_zygote, preload
+
+    preload((), zygote=True)
+    proc, sock = fork_zygote(_warm.zygote_env(sys.executable, str(tmp_path / "warm-site")),
+                             tmp_path / "zygote.log")
+    stray = os.open(tmp_path / "held-by-the-forking-process", os.O_CREAT | os.O_RDWR)
+    monkeypatch.setenv(ZYGOTE_FD_ENV, str(sock.detach()))
+    warm = ProcessBackend(tmp_path / "warm-site", warm=True, **PLAIN)
+    cold_backend = ProcessBackend(tmp_path / "cold-site", warm=False, **PLAIN)
+    env = {"TZ": "UTC"}
+    try:
+        assert ZYGOTE_FD_ENV not in os.environ  # taken once: no worker inherits it
+        for rank, entry in enumerate(("python -m probe a b", ["python", "-c", FDS])):
+            cold = await run_probe(cold_backend, bundle, entry, rank=rank, study_env=env)
+            seen = await run_probe(warm, bundle, entry, rank=rank, study_env=env)
+            if isinstance(entry, str):
+                assert seen["grandparent"] == proc.pid  # forked from the adopted zygote
+                # This interpreter's flags but -B's (set from the environment, as a fresh
+                # one does), which the sys.flags of a forked one keeps.
+                drop = type(sys.flags).__match_args__.index("dont_write_bytecode")
+                for side in (seen, cold):
+                    del side["flags"][drop]
+                assert comparable(seen, str(tmp_path / "warm-site")) == comparable(
+                    cold, str(tmp_path / "cold-site"))
+            else:
+                # No descriptor of this process, nor the zygote's socket; nothing of the
+                # environment it was started with in /proc/self/environ.
+                assert seen[0] == cold[0]
+                assert cold[1] and not set(seen[1]) - set(cold[1])
+        handle = await warm.launch(make_spec(bundle, ["python", "-c", EXITS], rank=9,
+                                             cpus=[0], trusted_code=True))
+        ended = await warm.wait(handle)
+        assert ended.exit_code == 3 and log_text(handle).splitlines()[-1] == "bye"
+        assert warm.health()["warm"] == {"pid": proc.pid, "ready": True, "forked": 3,
+                                         "adopted": True}
+    finally:
+        os.close(stray)
+        await cold_backend.close()
+        await warm.close()
+    assert proc.wait(10) == 0  # the launcher's hang-up ends it
+
+
 async def test_a_job_module_named_like_a_preloaded_one_starts_cold(
     bundle: Path, warm_backend: ProcessBackend
 ) -> None:

@@ -4,6 +4,7 @@ Publish (with `Nats-Msg-Id` = event id and W3C trace context), durable pull cons
 bounded redelivery and dead letters, replay from a sequence or a time, KV and object stores.
 """
 
+from cairn.bus import _lazyws  # noqa: F401, I001 - first: how nats is imported (see there)
 from cairn.bus._checked import decode_event
 from cairn.bus._claims import Claims, claims
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus

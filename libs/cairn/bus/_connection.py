@@ -19,6 +19,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from cairn import api, subjects, telemetry
+from cairn.bus import _lazyws
 from cairn.bus._consumers import ConsumerNames
 from cairn.bus._streams import ensure_stream
 from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
@@ -96,6 +97,7 @@ class Bus:
         elif nkey_seed is not None:
             auth = {"nkeys_seed": nkey_seed}
         servers = [url] if isinstance(url, str) else list(url)
+        _lazyws.enable_websockets(servers)
         deadline = time.monotonic() + retry_for
         delay = 0.05
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from cairn.errors import CairnError, NotFound
-from cairn.runtime import context
+from cairn.runtime import context, phases
 from cairn.runtime.dirlock import read_holder, stop_leftovers
 from cairn.runtime.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
 from cairn.runtime.secure import INSECURE_WARNING
@@ -73,6 +73,7 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
         remember_port(dir_, fed.nats.port)
         took = asyncio.run(fed.wait_healthy(timeout))
         total = time.monotonic() - t0
+        phases.mark("up.healthy")
         if check:
             click.echo(f"healthy: {len(fed.expected())} services at {len(fed.sites)} sites in "
                        f"{took:.3f}s ({total:.3f}s from start)")
@@ -87,6 +88,7 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
         click.echo("stopping...", err=True)
     finally:
         fed.stop()
+        phases.mark("up.stopped")
         if not check:
             _clear_context(fed)
 

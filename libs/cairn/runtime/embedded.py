@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,9 +20,16 @@ import yaml
 
 from cairn import subjects
 from cairn.errors import Timeout, Unavailable
-from cairn.runtime import context, secure
+from cairn.runtime import context, phases, secure
 from cairn.runtime.dirlock import DirLock, Started, started
-from cairn.runtime.forked import ForkedProcess, fork_service, preload
+from cairn.runtime.forked import (
+    ZYGOTE_FD_ENV,
+    ForkedProcess,
+    fork_authority,
+    fork_service,
+    fork_zygote,
+    preload,
+)
 from cairn.runtime.natsserver import NatsServer
 from cairn.runtime.secure import Trust
 
@@ -74,6 +82,11 @@ class EmbeddedFederation:
     """The services of every site but the hub (`cairn sim`: agent and launcher only)."""
     _fork: bool = field(default=False, repr=False)
     _lock: DirLock | None = field(default=None, repr=False)
+    _zygotes: dict[str, socket.socket] = field(default_factory=dict, repr=False)
+    """Site -> this process's end of the socket to the zygote forked for it, until its
+    parent is forked with it."""
+    zygotes: dict[str, ForkedProcess] = field(default_factory=dict)
+    """Site -> the warm interpreter forked for its launcher (`cairn up`'s own children)."""
 
     @property
     def hub(self) -> str:
@@ -174,24 +187,47 @@ class EmbeddedFederation:
             raise
 
     def _start(self, fork: bool) -> None:
+        phases.mark("up.start")
         self._fork = fork
         if fork:
-            preload(("coordinator", "validator", "signer", *SITE_SERVICES))
+            # What a worker imports first, and the warm interpreters forked with it before any
+            # secret is read here: what a zygote holds, its workers hold.
+            preload((), zygote=True)
+            phases.mark("up.worker_preloaded")
+            self._fork_zygotes()
         self.nats = NatsServer(self.dir / "nats", port=self.port)
         if self.secure:
             self.write_files(f"tls://{self.nats.host}:{self.nats.port}")
             self.trust = secure.prepare(self.nats, self.federation_file, self.dir / "trust")
-        self.nats.start()
+            phases.mark("up.provisioned")
+        # The server, then at once the authority (it retries until the server listens):
+        # each starts while the other does.
+        self.nats.start(wait=False)
+        logs = self.dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        if self.trust is not None:
+            log = logs / "authority.log"
+            (self.trust.authority / "ready").unlink(missing_ok=True)  # a killed one's
+            args = secure.authority_args(self.trust, self.nats.url, self.federation_file)
+            if fork:
+                preload((), authority=True)
+            proc: subprocess.Popen[bytes] | ForkedProcess = (
+                fork_authority(args, self._env(), log, close=list(self._zygotes.values()))
+                if fork else secure.spawn_authority(args, self._env(), log))
+            self.processes.append(Process("authority", self.hub, (), proc, log))
+            phases.mark("up.authority_started")
+        if fork:
+            # The parents' imports, while the server and the authority start beside them.
+            preload(("coordinator", "validator", "signer", *SITE_SERVICES))
+            phases.mark("up.preloaded")
+        self.nats.wait_ready()
+        phases.mark("up.nats_ready")
         self.record()
         url = self.nats.url
         self.write_files(url)
-        logs = self.dir / "logs"
-        logs.mkdir(exist_ok=True)
         if self.trust is not None:
-            log = logs / "authority.log"
-            proc = secure.start_authority(self.trust, url, self.federation_file, self._env(),
-                                          log)
-            self.processes.append(Process("authority", self.hub, (), proc, log))
+            secure.wait_authority(self.trust, self.processes[-1].proc, log)
+            phases.mark("up.authority_ready")
         options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
         # The hub's own parent also runs the federation's coordinator, validator and signer
         # (each once per federation): on a small machine every interpreter started costs its
@@ -208,6 +244,7 @@ class EmbeddedFederation:
             for site in self.sites[1:]:
                 self._spawn(f"site-{site}", site, self.site_services,
                             ["--site-config", str(self.site_config(site)), *options])
+        phases.mark("up.parents_started")
         self.record()
 
     def _spawn_grouped(self) -> None:
@@ -232,6 +269,28 @@ class EmbeddedFederation:
             group = tuple(s.site for s in plan.sites)
             self.processes.append(Process(name, group[0], self.site_services, proc, log,
                                           more_sites=group[1:]))
+
+    def _fork_zygotes(self) -> None:
+        """A warm interpreter for each site's process launcher, forked now (it shares this
+        process's imports page for page) and handed to its parent (`ZYGOTE_FD_ENV`)."""
+        from cairn.launcher.backends._warm import enabled_by_env, zygote_env
+        from cairn.launcher.backends._zygote import forkable
+
+        if not enabled_by_env() or not forkable() or self.sites_per_process > 1:
+            # Each launcher starts its own, as a spawned parent's does (grouped sites share
+            # one per process: `shared_zygote`).
+            return
+        logs = self.dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for site in self.sites:
+            if self.backends.get(site, "process") != "process":
+                continue
+            env = zygote_env(sys.executable, str((self.site_dir(site) / "work").resolve()))
+            name = "coordinator" if site == self.hub else f"site-{site}"
+            proc, sock = fork_zygote(env, logs / f"{name}.log",
+                                     close=list(self._zygotes.values()))
+            self._zygotes[site] = sock
+            self.zygotes[site] = proc
 
     def record(self) -> None:
         """Write down in the directory's lock what runs now (after a start or a restart), so
@@ -259,7 +318,16 @@ class EmbeddedFederation:
         cmd = [sys.executable, "-m", "cairn.runtime._serve", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
         if self._fork:
-            forked = fork_service(services, cmd[3 + len(services):], env, log)
+            sock = self._zygotes.pop(site, None)
+            if sock is not None and "launcher" in services:
+                env[ZYGOTE_FD_ENV] = str(sock.fileno())
+            others = list(self._zygotes.values())
+            try:
+                forked = fork_service(services, cmd[3 + len(services):], env, log,
+                                      close=others)
+            finally:
+                if sock is not None:
+                    sock.close()  # the parent's alone now: its end of file ends the zygote
             self.processes.append(Process(name, site, services, forked, log))
             return
         with open(log, "ab") as out:
@@ -291,10 +359,8 @@ class EmbeddedFederation:
         """Start a killed parent process again with the same command."""
         p = self.process(name)
         self.processes.remove(p)
-        args = p.proc.args
+        args = p.proc.args  # a forked one's: the command that starts it afresh
         assert isinstance(args, list)
-        if isinstance(p.proc, ForkedProcess):
-            args = [sys.executable, "-m", "cairn.runtime._serve", *args]
         with open(p.log, "ab") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self._env(),
@@ -401,6 +467,16 @@ class EmbeddedFederation:
                 p.proc.kill()
                 p.proc.wait(5)
         self.processes.clear()
+        for sock in self._zygotes.values():
+            sock.close()
+        self._zygotes.clear()
+        for zygote in self.zygotes.values():  # they end with their parents' end of file
+            try:
+                zygote.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                zygote.kill()
+                zygote.wait(5)
+        self.zygotes.clear()
         if self.nats is not None:
             self.nats.stop()
             self.nats = None

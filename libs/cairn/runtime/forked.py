@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+ZYGOTE_FD_ENV = "CAIRN_ZYGOTE_FD"
+"""Set for a parent forked with a warm interpreter of its own (`fork_zygote`): the
+descriptor of its end of the zygote's socket, for its launcher to take."""
 
 
 class ForkedProcess:
@@ -53,28 +59,32 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_service(services: Sequence[str], args: list[str], env: dict[str, str],
-                 log: Path) -> ForkedProcess:
-    """Fork a child that runs `cairn run SERVICES ARGS` in its own session, output to `log`."""
-    argv = [*services, *args]
+def fork_main(cmd: list[str], run: Callable[[], int], env: dict[str, str], log: Path,
+              *, close: Sequence[socket.socket] = ()) -> ForkedProcess:
+    """Fork a child that calls `run()` in its own session, output to `log`, and exits with
+    what it returns. `cmd` is the command that starts the same process afresh (what
+    `EmbeddedFederation.respawn` runs); `close` are this process's sockets the child must
+    not hold (another parent's end of its warm interpreter's socket)."""
     pid = os.fork()
     if pid:
-        return ForkedProcess(pid, argv)
+        return ForkedProcess(pid, cmd)
     code = 1
     try:
         os.setsid()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
+        for sock in close:
+            sock.close()
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
+        os.close(null)
+        os.close(out)
         os.environ.clear()
         os.environ.update(env)
-        from cairn.runtime.service import main
-
-        code = main(argv)
+        code = run()
     except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
         import traceback
 
@@ -83,11 +93,71 @@ def fork_service(services: Sequence[str], args: list[str], env: dict[str, str],
         os._exit(code)
 
 
-def preload(services: Sequence[str]) -> None:
-    """Import the services' modules here, once, so forked children share them."""
+def fork_service(services: Sequence[str], args: list[str], env: dict[str, str],
+                 log: Path, *, close: Sequence[socket.socket] = ()) -> ForkedProcess:
+    """Fork a child that runs `cairn run SERVICES ARGS` in its own session, output to `log`."""
+    argv = [*services, *args]
+
+    def run() -> int:
+        from cairn.runtime.service import main
+
+        return main(argv)
+
+    return fork_main([sys.executable, "-m", "cairn.runtime._serve", *argv], run, env, log,
+                     close=close)
+
+
+def fork_authority(args: list[str], env: dict[str, str], log: Path, *,
+                   close: Sequence[socket.socket] = ()) -> ForkedProcess:
+    """Fork the authority (`python -m cairn.authority ARGS`) from this process."""
+
+    def run() -> int:
+        from cairn.authority.__main__ import main
+
+        return main(args)
+
+    return fork_main([sys.executable, "-m", "cairn.authority", *args], run, env, log,
+                     close=close)
+
+
+def fork_zygote(env: dict[str, str], log: Path, *,
+                close: Sequence[socket.socket] = ()) -> tuple[ForkedProcess, socket.socket]:
+    """Fork a launcher's warm interpreter (`cairn.launcher.backends._zygote`) from this
+    process, which must have imported its modules (`preload`) and read no secret yet: what
+    it holds, every worker forked from it holds. Returns the zygote and the launcher's end
+    of its socket (`CAIRN_ZYGOTE_FD` tells the launcher which descriptor it is)."""
+    ours, theirs = socket.socketpair()
+
+    def run() -> int:
+        from cairn.launcher.backends._zygote import serve_forked
+
+        return serve_forked(theirs)
+
+    try:
+        proc = fork_main([], run, env, log, close=[*close, ours])
+    finally:
+        theirs.close()
+    return proc, ours
+
+
+def preload(services: Sequence[str], *, authority: bool = False, zygote: bool = False) -> None:
+    """Import the services' modules here, once, so forked children share them: with
+    `authority`, the authority's; with `zygote`, what a warm interpreter preloads."""
+    import gc
     import importlib
 
     from cairn.runtime.service import SERVICES
 
     for name in services:
         importlib.import_module(SERVICES[name].split(":")[0])
+    if authority:
+        importlib.import_module("cairn.authority.service")
+        importlib.import_module("cairn.authority.__main__")
+    if zygote:
+        from cairn.launcher.backends import _zygote
+
+        for name in _zygote.PRELOAD:
+            importlib.import_module(name)
+    # What is imported now lives as long as every child: out of the collector's sight, a
+    # collection in a child does not touch (and so copy) the pages they share.
+    gc.freeze()

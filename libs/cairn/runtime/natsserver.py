@@ -66,7 +66,9 @@ class NatsServer:
     def monitor_url(self) -> str:
         return f"http://{self.host}:{self.monitor_port}"
 
-    def start(self, timeout: float = 15.0) -> NatsServer:
+    def start(self, timeout: float = 15.0, *, wait: bool = True) -> NatsServer:
+        """Start the server and wait until it is ready (`wait=False`: return at once, and
+        call `wait_ready` before using it)."""
         self.store_dir.mkdir(parents=True, exist_ok=True)
         cmd = [find_nats_server(), "-a", self.host, "-p", str(self.port), "-m",
                str(self.monitor_port), "-js", "-sd", str(self.store_dir)]
@@ -79,6 +81,8 @@ class NatsServer:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
+        if not wait:
+            return self
         try:
             self.wait_ready(timeout)
         except BaseException:

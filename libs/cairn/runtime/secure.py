@@ -6,16 +6,18 @@ nats-server config that demands TLS and the authority's say, and the authority p
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from cairn.errors import Unavailable
 from cairn.runtime.natsserver import NatsServer
-from cairn.spec.federation import load_federation
-from cairn.trust.provision import provision, write_nats_config
+from cairn.trust.natsconfig import write_nats_config
 
 INSECURE_WARNING = ("WARNING: running INSECURE (--insecure): no TLS, no authentication, no "
                     "authorization; anyone who reaches the NATS port can read and do anything. "
@@ -49,12 +51,29 @@ class Trust:
                           "federation.yaml? (`cairn provision` makes one)")
 
 
+PROVISIONED = "provisioned.json"
+"""In the trust folder: the digest of what it was last provisioned for (the federation file,
+the URL, the server's host names) and the kits it then held."""
+
+
 def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
-    """Provision what is missing and point `nats` at the secure config (before it starts)."""
-    fed = load_federation(federation_file)
+    """Provision what is missing and point `nats` at the secure config (before it starts).
+
+    Provisioning is skipped when the trust folder was provisioned for this very federation
+    file, URL and hosts and every kit made then is still there (`PROVISIONED`): a `cairn
+    up` on a folder it ran in before reads no federation file and writes no kit."""
     url = f"tls://{nats.host}:{nats.port}"
-    provision(fed, trust_dir, url=url, hosts=["localhost", nats.host], port=nats.port,
-              monitor_port=nats.monitor_port)
+    hosts = ["localhost", nats.host]
+    digest = _provision_digest(federation_file, url, hosts)
+    if not _provisioned_for(trust_dir, digest):
+        from cairn.spec.federation import load_federation
+        from cairn.trust.provision import provision
+
+        fed = load_federation(federation_file)
+        provision(fed, trust_dir, url=url, hosts=hosts, port=nats.port,
+                  monitor_port=nats.monitor_port)
+        kits = sorted([*(s.name for s in fed.sites), *(a.name for a in fed.admins)])
+        (trust_dir / PROVISIONED).write_text(json.dumps({"digest": digest, "kits": kits}))
     # The root seed, the CA key and every kit: this user's alone, so a worker under a uid of
     # its own cannot even look in (a sandboxed one does not see the folder at all).
     for folder in (trust_dir, trust_dir / "root"):
@@ -65,16 +84,51 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
     return Trust(trust_dir)
 
 
-def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str, str],
-                    log: Path, timeout: float = 30.0) -> subprocess.Popen[bytes]:
-    """Start the authority and wait until it answers the server's auth requests."""
-    ready = trust.authority / "ready"
-    ready.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "cairn.authority", "--kit", str(trust.authority),
-           "--nats-url", url, "--federation", str(federation_file)]
+def _provision_digest(federation_file: Path, url: str, hosts: list[str]) -> str:
+    data = json.dumps({"federation": federation_file.read_bytes().hex(), "url": url,
+                       "hosts": hosts}).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _provisioned_for(trust_dir: Path, digest: str) -> bool:
+    try:
+        record = json.loads((trust_dir / PROVISIONED).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("digest") != digest:
+        return False
+    kits = record.get("kits")
+    needed = [trust_dir / "ca" / "ca.pem", trust_dir / "server" / "server.pem",
+              trust_dir / "authority" / "account.nk", trust_dir / "root" / "root.nk"]
+    if not isinstance(kits, list) or not all(isinstance(k, str) and k for k in kits):
+        return False
+    return all(p.exists() for p in needed) and all(
+        (trust_dir / "kits" / k / "kit.yaml").is_file() and "/" not in k for k in kits)
+
+
+def authority_args(trust: Trust, url: str, federation_file: Path) -> list[str]:
+    """`python -m cairn.authority` arguments for this federation's authority."""
+    # One nats-server, of `cairn up`'s own: no other's connections to wait for.
+    return ["--kit", str(trust.authority), "--nats-url", url, "--federation",
+            str(federation_file), "--servers", "1"]
+
+
+def spawn_authority(args: list[str], env: dict[str, str],
+                    log: Path) -> subprocess.Popen[bytes]:
+    """Start the authority (`wait_authority` waits until it answers)."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", "cairn.authority", *args], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+
+
+def wait_authority(trust: Trust, proc: Polled, log: Path, timeout: float = 30.0) -> None:
+    """Wait until the authority answers the server's auth requests (its ready file).
+
+    Raises:
+        Unavailable: it exited, or was not ready in time (it is killed then).
+    """
+    ready = trust.authority / "ready"
     deadline = time.monotonic() + timeout
     while not ready.exists():
         if proc.poll() is not None:
@@ -82,8 +136,26 @@ def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str
         if time.monotonic() > deadline:
             proc.kill()
             raise Unavailable(f"the authority was not ready after {timeout:g}s; see {log}")
-        time.sleep(0.01)
+        time.sleep(0.005)
+
+
+def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str, str],
+                    log: Path, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+    """Start the authority and wait until it answers the server's auth requests."""
+    (trust.authority / "ready").unlink(missing_ok=True)
+    proc = spawn_authority(authority_args(trust, url, federation_file), env, log)
+    wait_authority(trust, proc, log, timeout)
     return proc
+
+
+class Polled(Protocol):
+    """A child process as `subprocess.Popen` and `cairn.runtime.forked.ForkedProcess` are."""
+
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
 
 
 def service_args(trust: Trust, name: str) -> list[str]:

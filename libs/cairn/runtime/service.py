@@ -24,6 +24,7 @@ import msgspec
 from cairn import api, subjects, telemetry
 from cairn.bus import Bus, Delivery, Subscription
 from cairn.errors import CairnError, InvalidInput
+from cairn.runtime import phases
 from cairn.runtime.logs import setup_logging
 from cairn.trust.requests import RAW_REQUEST
 
@@ -250,6 +251,7 @@ async def run(names: Sequence[str], config: ServiceConfig,
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     label = "+".join(names)
+    phases.mark("parent.start", services=label, site=config.site)
     telemetry.setup(f"cairn-{label}", site=config.site)
     services = [load_service(n, config) for n in names]
     site = config.site
@@ -257,6 +259,7 @@ async def run(names: Sequence[str], config: ServiceConfig,
     bus = await _connect(config, label, stop)
     if bus is None:
         return 0
+    phases.mark("parent.connected", services=label, site=site)
     runtime = Runtime(bus, config, site)
     code = 0
     try:
@@ -265,6 +268,7 @@ async def run(names: Sequence[str], config: ServiceConfig,
             await service.start(runtime)
             await runtime.serve(subjects.health(service.name, site), _health(service, runtime))
         log.info("ready in %.3fs: %s at site %s", time.monotonic() - t0, label, site)
+        phases.mark("parent.ready", services=label, site=site)
         if started is not None:
             started.set()
         lost = asyncio.ensure_future(bus.lost.wait())

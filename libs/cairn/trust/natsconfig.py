@@ -77,3 +77,32 @@ authorization {{
   }}
 }}
 """
+
+
+def authority_keys(out: Path) -> AuthorityKeys:
+    """The authority's public keys, from its seeds in a provisioned folder `out`."""
+    from cairn.trust.kitfiles import read_seed
+    from cairn.trust.nkeyjwt import public_key
+
+    auth = out / "authority"
+
+    def pub(name: str) -> str:
+        return public_key(read_seed(auth / f"{name}.nk"))
+
+    return AuthorityKeys(issuer=pub("account"), auth_user=pub("auth"), sys_user=pub("sys"),
+                         reader_user=pub("reader"))
+
+
+def write_nats_config(out: Path, *, host: str, port: int, monitor_port: int = 0,
+                      store_dir: Path | None = None) -> Path:
+    """`out/server/nats.conf` for a provisioned folder `out` (here, not in
+    `cairn.trust.provision`, so a start that provisions nothing imports no X.509 code)."""
+    server = out / "server"
+    text = render(authority_keys(out), host=host, port=port,
+                  store_dir=store_dir or (server / "jetstream").resolve(),
+                  cert=(server / "server.pem")
+                  .resolve(), key=(server / "server.key").resolve(),
+                  ca=(server / "ca.pem").resolve(), monitor_port=monitor_port)
+    path = server / "nats.conf"
+    path.write_text(text)
+    return path

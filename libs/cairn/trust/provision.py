@@ -30,7 +30,8 @@ from cairn.spec.federation import Federation
 from cairn.trust import pki
 from cairn.trust.credentials import Identity, Kind, issue, verify_credential
 from cairn.trust.kitfiles import read_ca, read_pem, read_revoked, read_seed
-from cairn.trust.natsconfig import AuthorityKeys, render
+from cairn.trust.natsconfig import authority_keys as authority_keys
+from cairn.trust.natsconfig import write_nats_config as write_nats_config
 from cairn.trust.nkeyjwt import (
     CredentialError,
     KeyKind,
@@ -99,29 +100,6 @@ def ensure_root(out: Path, federation: str, hosts: list[str]) -> str:
     if not (auth / "revoked.json").exists():
         (auth / "revoked.json").write_text('{"names": [], "jtis": []}\n')
     return root
-
-
-def authority_keys(out: Path) -> AuthorityKeys:
-    auth = out / "authority"
-
-    def pub(name: str) -> str:
-        return public_key(read_seed(auth / f"{name}.nk"))
-
-    return AuthorityKeys(issuer=pub("account"), auth_user=pub("auth"), sys_user=pub("sys"),
-                         reader_user=pub("reader"))
-
-
-def write_nats_config(out: Path, *, host: str, port: int, monitor_port: int = 0,
-                      store_dir: Path | None = None) -> Path:
-    server = out / "server"
-    text = render(authority_keys(out), host=host, port=port,
-                  store_dir=store_dir or (server / "jetstream").resolve(),
-                  cert=(server / "server.pem")
-                  .resolve(), key=(server / "server.key").resolve(),
-                  ca=(server / "ca.pem").resolve(), monitor_port=monitor_port)
-    path = server / "nats.conf"
-    path.write_text(text)
-    return path
 
 
 def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,

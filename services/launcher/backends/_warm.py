@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -36,6 +37,7 @@ from typing import Any
 from cairn.launcher.backends._memlimit import MemoryLimit
 from cairn.launcher.backends._workdir import LOG_NAME, exit_path
 from cairn.launcher.backends.errors import LaunchFailed
+from cairn.runtime.forked import ZYGOTE_FD_ENV
 
 log = logging.getLogger("cairn.launcher")
 
@@ -89,10 +91,39 @@ def enabled_by_env() -> bool:
     return os.environ.get("CAIRN_WARM_WORKERS", "1").strip().lower() not in ("0", "false", "no")
 
 
-class Zygote:
-    """One warm interpreter per process backend."""
+def inherited_socket() -> socket.socket | None:
+    """The socket to the zygote `cairn up` forked for this launcher, taken once (the
+    variable is removed, so no child of ours sees it); None when there is none."""
+    value = os.environ.pop(ZYGOTE_FD_ENV, "")
+    if not value.isdigit():
+        return None
+    try:
+        sock = socket.socket(fileno=int(value))
+    except OSError as exc:
+        log.warning("warm workers: %s=%s is no socket (%s); starting our own",
+                    ZYGOTE_FD_ENV, value, exc)
+        return None
+    if sock.type != socket.SOCK_STREAM or sock.family != socket.AF_UNIX:
+        sock.detach()
+        return None
+    return sock
 
-    def __init__(self, python: str, env: dict[str, str]) -> None:
+
+def zygote_env(python: str, home: str) -> dict[str, str]:
+    """The warm interpreter's own environment (each worker gets its own, per launch)."""
+    from cairn.launcher.backends._env import host_start_env
+
+    # The endpoint tells the zygote to preload the tracing SDK (see _zygote.py).
+    return {**host_start_env(python, home=home),
+            **{k: v for k in ("OTEL_EXPORTER_OTLP_ENDPOINT",) if (v := os.environ.get(k))}}
+
+
+class Zygote:
+    """One warm interpreter per process backend: started by this launcher, or adopted from
+    `cairn up` (`inherited`, see `ZYGOTE_FD_ENV`)."""
+
+    def __init__(self, python: str, env: dict[str, str],
+                 inherited: socket.socket | None = None) -> None:
         self.python = python
         self.env = env
         self.modules: frozenset[str] = frozenset()
@@ -107,8 +138,17 @@ class Zygote:
         self._died_at: float | None = None
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
+        self._adopted = inherited is not None
+        if inherited is not None:
+            inherited.setblocking(False)
+            self._sock = inherited
+            return
         with contextlib.suppress(RuntimeError):  # no loop yet: the first launch starts it
             self._timer = asyncio.get_running_loop().call_later(START_DELAY_S, self._start_once)
+
+    def health(self) -> dict[str, object]:
+        return {"pid": self.pid, "ready": self.ready, "forked": self.forked,
+                "adopted": self._adopted}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -117,6 +157,7 @@ class Zygote:
             self._start()
 
     def _start(self) -> None:
+        self._adopted = False
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
@@ -141,6 +182,9 @@ class Zygote:
         log.warning("warm workers: the zygote is gone (%s); launching cold meanwhile", why)
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()  # hung, or half gone: it is not asked again
+        elif self._proc is None and self.pid is not None:
+            with contextlib.suppress(OSError):  # adopted: `cairn up` reaps it
+                os.kill(self.pid, signal.SIGKILL)
         self._reap()
         self._died_at = time.monotonic()
 
@@ -186,6 +230,8 @@ class Zygote:
             self._died(f"while starting: {exc or type(exc).__name__}")
             return False
         self.modules = frozenset(hello.get("modules", ()))
+        if self._proc is None and isinstance(hello.get("pid"), int):
+            self.pid = hello["pid"]
         self.ready = True
         return True
 

@@ -32,6 +32,7 @@ import contextlib
 import gc
 import importlib
 import importlib.machinery
+import io
 import json
 import os
 import runpy
@@ -70,7 +71,10 @@ def send_msg(sock: socket.socket, body: dict[str, Any]) -> None:
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
     buf = b""
     while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
+        try:
+            chunk = sock.recv(n - len(buf))
+        except ConnectionResetError:  # the launcher went with our hello unread: a hang-up
+            return None
         if not chunk:
             return None
         buf += chunk
@@ -266,24 +270,146 @@ def main() -> int:
     # `-m` put the launcher's working directory first on sys.path: not the workers' business.
     if sys.path and sys.path[0] == os.getcwd():
         del sys.path[0]
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    req = _serve(socket.socket(fileno=int(sys.argv[1])))
+    if req is not None:
+        run(req)  # the interpreter's own exit follows, as after `python -m`
+    return 0
+
+
+def serve_forked(sock: socket.socket) -> int:
+    """`main` in a zygote forked (`cairn.runtime.forked.fork_zygote`) from a process that has
+    imported `PRELOAD` already and read no secret: made what `python -u -m` of this module
+    would be, as far as a worker can tell (its path, unbuffered stdio, default signals)."""
+    # Nothing the forking process had open but our socket (a fresh one inherits nothing
+    # else); the objects that held them are kept from the collector first, so none is
+    # finalized later and closes a number reused by then.
+    gc.freeze()
+    fd = sock.fileno()
+    os.closerange(3, fd)
+    os.closerange(fd + 1, max(fd + 2, os.sysconf("SC_OPEN_MAX")))
+    _wipe_exec_environ()
+    sys.path[:] = fresh_path(sys.path)
+    sys.argv = [__file__, str(fd)]
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, f"__{name}__", None) or getattr(sys, name)
+        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                                            encoding=old.encoding, errors=old.errors,
+                                            write_through=True))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # From the environment at start, as a fresh interpreter reads it (`sys.flags` itself
+    # keeps the forking interpreter's: see `forkable`).
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    # The forking process's exit handlers are not a worker's (logging's is, as a fresh
+    # interpreter registers it on import).
+    import atexit
+    import logging
+
+    atexit._clear()
+    atexit.register(logging.shutdown)
+    req = _serve(sock)
+    if req is None:
+        return 0
+    # The worker: its frames sit on top of the forking process's, and must never return into
+    # them. It ends as an interpreter would: SystemExit's code, a traceback and 1, the
+    # threads joined and the exit handlers run, its output flushed.
+    code = 0
+    try:
+        run(req)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt:
+        code = -signal.SIGINT
+    except BaseException:  # noqa: BLE001 - reported as `python` reports it
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    _finalize()
+    if code < 0:  # as `python` does for an uncaught KeyboardInterrupt: die of the signal
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _finalize() -> None:
+    """What the interpreter does on its way out that `os._exit` skips."""
+    import atexit
+    import threading
+
+    with contextlib.suppress(BaseException):
+        threading._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+
+
+def _wipe_exec_environ() -> None:
+    """Zero the environment block the forking process was exec'd with. `/proc/PID/environ`
+    reads it from memory, so every worker forked from here would show `cairn up`'s whole
+    environment there (a spawned zygote's holds only its own few variables). `os.environ`
+    was replaced before (`cairn.runtime.forked.fork_main`), and the C `environ` no longer
+    points into the block."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: proc(5) 50, 51
+    except (OSError, IndexError, ValueError):
+        return
+    if 0 < start < end:
+        ctypes.memset(start, 0, end - start)
+
+
+CHANGING_FLAGS = ("debug", "inspect", "interactive", "optimize", "no_user_site", "no_site",
+                  "ignore_environment", "verbose", "bytes_warning", "isolated", "dev_mode",
+                  "safe_path")
+"""Interpreter flags that change how a worker's code runs: a process started with any of
+them set forks no zygote (`forkable`), as its workers would run unlike cold ones."""
+
+
+def forkable() -> bool:
+    """Whether a zygote forked from this interpreter gives workers what `python -u -m`
+    would: none of `CHANGING_FLAGS` set (`-B`'s is set right in the zygote)."""
+    return not any(getattr(sys.flags, name, 0) for name in CHANGING_FLAGS)
+
+
+def fresh_path(path: list[str]) -> list[str]:
+    """`path` without what was put before the standard library (a script's folder, a
+    program's own inserts): what a fresh `python -m` of an installed module starts from."""
+    stdlib = {os.path.dirname(os.__file__),
+              os.path.join(sys.base_prefix, "lib",
+                           f"python{sys.version_info[0]}{sys.version_info[1]}.zip")}
+    for i, entry in enumerate(path):
+        if entry in stdlib:
+            return path[i:]
+    return list(path)
+
+
+def _serve(sock: socket.socket) -> dict[str, Any] | None:
+    """Preload, say ready, serve; the launch request in a forked worker, else None."""
     for name in PRELOAD:
         importlib.import_module(name)
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         for name in TRACING_PRELOAD:
             with contextlib.suppress(ImportError):  # a worker would fail the same way
                 importlib.import_module(name)
-    # Everything imported so far lives as long as any worker: out of the collector's sight,
-    # a worker's own imports (numpy's, say) do not make every collection walk (and copy, page
+    # Everything imported so far lives as long as any worker: out of the collector's sight, a
+    # worker's own imports (numpy's, say) do not make every collection walk (and copy, page
     # by page) the zygote's objects. With the tracing SDK loaded that doubled numpy's import.
     gc.freeze()
     send_msg(sock, {"ready": True, "pid": os.getpid(),
                     "modules": sorted({m.partition(".")[0] for m in sys.modules})})
-    req = serve(sock)
-    if req is None:
-        return 0
-    run(req)
-    return 0
+    return serve(sock)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,14 @@ from cairn.launcher.backends._memlimit import (
 from cairn.launcher.backends._sandbox import Protected
 from cairn.launcher.backends._spawn import start_worker
 from cairn.launcher.backends._uids import UidPool
-from cairn.launcher.backends._warm import enabled_by_env, release_zygote, shared_zygote
+from cairn.launcher.backends._warm import (
+    Zygote,
+    enabled_by_env,
+    inherited_socket,
+    release_zygote,
+    shared_zygote,
+    zygote_env,
+)
 from cairn.launcher.backends._watching import (
     already_known,
     find_watch,
@@ -169,13 +176,19 @@ class ProcessBackend:
             read_only=tuple(read_only), protected=Protected.of([*protected, self.root]))
         self._uids = UidPool(self.isolation.uids) if self.isolation.uids else None
         self._zygote = (
-            # The endpoint tells the zygote to preload the tracing SDK (see _zygote.py).
-            shared_zygote(self.python, {**host_start_env(self.python, home=str(self.root)),
-                                 **{k: v for k in ("OTEL_EXPORTER_OTLP_ENDPOINT",)
-                                    if (v := os.environ.get(k))}})
+            self._adopt_or_share_zygote()
             if warm and enabled_by_env()
             else None
         )
+
+    def _adopt_or_share_zygote(self) -> Zygote:
+        """The warm interpreter `cairn up` forked for this launcher, else the one this
+        process's launchers share (many simulated sites in one process), made on first use."""
+        env = zygote_env(self.python, str(self.root))
+        inherited = inherited_socket()
+        if inherited is not None:
+            return Zygote(self.python, env, inherited=inherited)
+        return shared_zygote(self.python, env)
 
     async def launch(self, spec: LaunchSpec) -> LaunchHandle:
         """Prepare the working directory and start the worker.
@@ -240,8 +253,10 @@ class ProcessBackend:
             self._uids.release(launch_id)  # blocking: reads /proc
 
     def health(self) -> dict[str, object]:
-        """What the launcher's health reply says of this backend: its workers' isolation."""
-        return self.isolation.health()
+        """What the launcher's health reply says of this backend: its workers' isolation,
+        and its warm interpreter (pid, workers it started, whether `cairn up` forked it)."""
+        warm = self._zygote.health() if self._zygote is not None else None
+        return {**self.isolation.health(), "warm": warm}
 
     async def wait(self, handle: LaunchHandle) -> WorkerExit:
         """Wait for the worker to end (bounded by its timeout) and say how it ended."""
