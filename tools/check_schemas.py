@@ -16,6 +16,10 @@ into). Re-exporting `schemas/` after a breaking change cannot hide it from that 
 incompatibilities fail it (exit 1); new event types and fields are what releases add. Exit 2
 when the folder, the revision or its `schemas/` cannot be read.
 
+The HTTP API's OpenAPI document (`openapi.json`) is held to the same rule by
+`tools/_openapi.py`: an operation, parameter, documented status or response field that callers
+of the baseline rely on must stay, unless the contract's major version changed.
+
 Types are compared structurally: annotations (defaults, docs, titles) never break readers,
 and a nested Struct is compared field by field, so a renamed class is not a type change.
 """
@@ -34,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script: make `tools.*` importable
 
+from tools._openapi import check_openapi  # noqa: E402
 from tools.export_schemas import generate, is_generated  # noqa: E402
 
 _ANNOTATIONS = frozenset({"default", "description", "title", "examples", "$comment"})
@@ -173,7 +178,8 @@ def incompatibilities(baseline: dict[str, str], candidate: dict[str, str]) -> li
         problems += _compare_struct(
             tag, "", bdefs[bname], bdefs, ndefs[nname], ndefs, {(bname, nname)}
         )
-    return problems
+    # The HTTP API's contract, by the same rule: what callers of the baseline rely on stays.
+    return problems + check_openapi(baseline, candidate)
 
 
 def check(folder: Path, label: str) -> tuple[int, list[str]]:

@@ -4,15 +4,19 @@ verified."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cairn.bus import Bus
 from cairn.errors import PermissionDenied
-from cairn.httpapi.federation import FederationFacts
-from cairn.httpapi.feeds import Feeds
-from cairn.httpapi.recipes import RecipeCatalog
 from cairn.httpapi.scope import Caller, caller_of
 from cairn.trust import apitoken
 from cairn.trust.permissions import Membership
+
+if TYPE_CHECKING:
+    # Only for types: building the application (and its OpenAPI document) imports no bus.
+    from cairn.bus import Bus
+    from cairn.httpapi.federation import FederationFacts
+    from cairn.httpapi.feeds import Feeds
+    from cairn.httpapi.recipes import RecipeCatalog
 
 
 @dataclass

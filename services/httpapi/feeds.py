@@ -14,15 +14,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
-
-import msgspec
 
 from cairn import subjects
 from cairn.bus import Bus, Replayed, replay
-from cairn.client.timeline import TimelineEntry, entry
+from cairn.client.timeline import entry
 from cairn.events import STUDY_DECODER, WorkerMetric
+from cairn.httpapi.models import MetricPoint, TimelineItem
 from cairn.state import job as job_state
 from cairn.state import study as study_state
 from cairn.state.job import JobState
@@ -39,28 +37,6 @@ RESYNC_S = 2.0
 """A feed replays at least this often, should a wake-up have been missed."""
 
 
-class MetricPoint(msgspec.Struct, frozen=True, kw_only=True):
-    """One reported metric set of one worker: a FedAvg round's accuracy and loss.
-
-    Attributes:
-        seq: The event's stream sequence.
-        at: When the worker reported it.
-        site: The worker's site.
-        role: The worker's role.
-        rank: The worker's rank within its role.
-        step: The round (or step) it belongs to.
-        values: Name -> value.
-    """
-
-    seq: int
-    at: datetime
-    site: str
-    role: str
-    rank: int = 0
-    step: int | None = None
-    values: dict[str, float] = {}
-
-
 @dataclass
 class StudyFeed:
     """One study's fold: its state, its jobs, its timeline and its jobs' metrics."""
@@ -68,13 +44,13 @@ class StudyFeed:
     name: str
     study: StudyState | None = None
     jobs: dict[str, JobState] = field(default_factory=dict)
-    timeline: list[TimelineEntry] = field(default_factory=list)
+    timeline: list[TimelineItem] = field(default_factory=list)
     metrics: dict[str, list[MetricPoint]] = field(default_factory=dict)
     last_seq: int = 0
-    listeners: set[asyncio.Queue[TimelineEntry | None]] = field(default_factory=set)
+    listeners: set[asyncio.Queue[TimelineItem | None]] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    def apply(self, item: Replayed[Any]) -> TimelineEntry:
+    def apply(self, item: Replayed[Any]) -> TimelineItem:
         event = item.event
         if isinstance(event, study_state.StudyAdminEvents):
             self.study = study_state.apply(self.study, event) or self.study
@@ -88,7 +64,9 @@ class StudyFeed:
                 self.metrics.setdefault(event.job, []).append(MetricPoint(
                     seq=item.seq, at=event.at, site=event.site, role=event.role,
                     rank=event.rank, step=event.step, values=dict(event.values)))
-        shown = entry(item)
+        e = entry(item)
+        shown = TimelineItem(seq=e.seq, at=e.at, subject=e.subject, type=e.type, job=e.job,
+                             summary=e.summary)
         self.timeline.append(shown)
         if len(self.timeline) > MAX_TIMELINE:
             del self.timeline[: len(self.timeline) - MAX_TIMELINE]
@@ -207,10 +185,10 @@ class _Synced:
                 await asyncio.wait_for(self._event.wait(), timeout)
 
 
-async def listen(feed: StudyFeed, after: int) -> AsyncIterator[TimelineEntry]:
+async def listen(feed: StudyFeed, after: int) -> AsyncIterator[TimelineItem]:
     """The study's entries past sequence `after`: those kept, then each new one; ends when
     the feed cuts this reader off (too slow) or stops."""
-    queue: asyncio.Queue[TimelineEntry | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
+    queue: asyncio.Queue[TimelineItem | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
     feed.listeners.add(queue)
     try:
         last = after

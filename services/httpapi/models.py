@@ -10,9 +10,50 @@ from datetime import datetime
 
 import msgspec
 
-from cairn.client.timeline import TimelineEntry
-from cairn.httpapi.feeds import MetricPoint
 from cairn.state.job import JobState
+
+
+class MetricPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """One reported metric set of one worker: a FedAvg round's accuracy and loss.
+
+    Attributes:
+        seq: The event's stream sequence.
+        at: When the worker reported it.
+        site: The worker's site.
+        role: The worker's role.
+        rank: The worker's rank within its role.
+        step: The round (or step) it belongs to.
+        values: Name -> value.
+    """
+
+    seq: int
+    at: datetime
+    site: str
+    role: str
+    rank: int = 0
+    step: int | None = None
+    values: dict[str, float] = {}
+
+
+class TimelineItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored event of a study, as `cairn replay` and `cairn events tail` print it
+    (`cairn.client.timeline.TimelineEntry`, field for field).
+
+    Attributes:
+        seq: Its stream sequence (an SSE event's `id`).
+        at: When the fact happened.
+        subject: The subject it was stored on.
+        type: The event tag, or `undecodable`.
+        job: The job it belongs to, if any.
+        summary: One short line saying what happened.
+    """
+
+    seq: int
+    at: datetime | None
+    subject: str
+    type: str
+    job: str | None = None
+    summary: str = ""
 
 
 class ApiError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -91,7 +132,7 @@ class JobDetail(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TimelinePage(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[TimelineEntry]
+    items: list[TimelineItem]
     total: int
     offset: int
     limit: int

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from litestar import Request, get, post
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import Parameter, QueryParameter, SkipValidation
 from litestar.response import Response, ServerSentEvent, ServerSentEventMessage
 
 from cairn import api, subjects
 from cairn.errors import InvalidInput, NotFound, PermissionDenied
-from cairn.evidence.status import eligibility
 from cairn.httpapi.context import ApiContext
-from cairn.httpapi.feeds import StudyFeed, listen
 from cairn.httpapi.models import (
     ApiError,
     Eligibility,
@@ -47,7 +46,8 @@ from cairn.httpapi.scope import Caller
 from cairn.names import check_name
 from cairn.state.job import JobState
 
-ERRORS = {status: ResponseSpec(data_container=ApiError, description=what) for status, what in (
+ERRORS = {status: ResponseSpec(data_container=ApiError, description=what, generate_examples=False)
+          for status, what in (
     (400, "a parameter or the body is wrong (the field is named)"),
     (401, "no token, or one that does not check out"),
     (404, "no such thing, or not one the caller may read"),
@@ -57,24 +57,31 @@ ERRORS = {status: ResponseSpec(data_container=ApiError, description=what) for st
     (504, "the bus or a service did not answer in time"))}
 read = functools.partial(get, responses=ERRORS)
 write = functools.partial(post, responses=ERRORS)
+if TYPE_CHECKING:
+    from cairn.httpapi.feeds import StudyFeed
+
 MAX_LIMIT = 500
 MAX_WRITE_BYTES = api.MAX_REQUEST_BYTES
-WRITE_VERBS = frozenset({"submit", "job-cancel"})
+WRITE_VERBS = frozenset({"submit", "cancel"})
 """The study verbs the API passes on: submit (and so rerun) and cancel."""
 
+# Not validated: they are this service's own objects, made by its own providers.
+Ctx = NamedDependency[SkipValidation[ApiContext]]
+Who = NamedDependency[SkipValidation[Caller]]
+"""The request's caller (`provide_caller`): its token checked, its rights derived."""
 Offset = Annotated[int, Parameter(ge=0, le=10_000_000, description="items to skip")]
 Limit = Annotated[int, Parameter(ge=1, le=MAX_LIMIT, description="items per page")]
 Name = Annotated[str, Parameter(min_length=1, max_length=63,
                                 pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
 _FILTER = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
 Filter = Annotated[str | None, Parameter(max_length=63, pattern=_FILTER)]
-StateFilter = Annotated[str | None, Parameter(query="state", max_length=63, pattern=_FILTER,
+StateFilter = Annotated[str | None, QueryParameter(name="state", max_length=63, pattern=_FILTER,
                                               description="only jobs in this state")]
-TypeFilter = Annotated[str | None, Parameter(query="type", max_length=63, pattern=_FILTER,
+TypeFilter = Annotated[str | None, QueryParameter(name="type", max_length=63, pattern=_FILTER,
                                              description="only events of this type")]
 
 
-def _feed(ctx: ApiContext, caller: Caller, study: str) -> StudyFeed:
+def _feed(ctx: Ctx, caller: Who, study: str) -> StudyFeed:
     check_name(study, "study")
     caller.require_study(study)
     feed = ctx.feeds.get(study)
@@ -103,14 +110,14 @@ def _study_summary(feed: StudyFeed) -> StudySummary:
 
 
 @read("/v1/whoami", summary="Who the token says the caller is, and the studies it reads")
-async def whoami(ctx: ApiContext, caller: Caller) -> Whoami:
+async def whoami(ctx: Ctx, caller: Who) -> Whoami:
     kind = caller.identity.kind.value if caller.identity else "anonymous"
     return Whoami(name=caller.name, kind=kind, studies=caller.studies(ctx.feeds.names()),
                   secure=ctx.secure)
 
 
 @read("/v1/studies", summary="The studies the caller may read")
-async def studies(ctx: ApiContext, caller: Caller, offset: Offset = 0,
+async def studies(ctx: Ctx, caller: Who, offset: Offset = 0,
                   limit: Limit = 50) -> StudiesPage:
     names = caller.studies(ctx.feeds.names())
     feeds = [f for n in names[offset:offset + limit] if (f := ctx.feeds.get(n))]
@@ -119,12 +126,12 @@ async def studies(ctx: ApiContext, caller: Caller, offset: Offset = 0,
 
 
 @read("/v1/studies/{study:str}", summary="One study")
-async def study(ctx: ApiContext, caller: Caller, study: Name) -> StudySummary:
+async def study(ctx: Ctx, caller: Who, study: Name) -> StudySummary:
     return _study_summary(_feed(ctx, caller, study))
 
 
 @read("/v1/studies/{study:str}/jobs", summary="A study's jobs, newest first")
-async def jobs(ctx: ApiContext, caller: Caller, study: Name, offset: Offset = 0,
+async def jobs(ctx: Ctx, caller: Who, study: Name, offset: Offset = 0,
                limit: Limit = 50, job_state: StateFilter = None, name: Filter = None,
                site: Filter = None) -> JobsPage:
     feed = _feed(ctx, caller, study)
@@ -145,13 +152,13 @@ def _job(feed: StudyFeed, job: str) -> JobState:
 
 
 @read("/v1/studies/{study:str}/jobs/{job:str}", summary="One job: its state as folded")
-async def job(ctx: ApiContext, caller: Caller, study: Name, job: Name) -> JobDetail:
+async def job(ctx: Ctx, caller: Who, study: Name, job: Name) -> JobDetail:
     found = _job(_feed(ctx, caller, study), job)
     return JobDetail(summary=_job_summary(found), state=found)
 
 
 @read("/v1/studies/{study:str}/jobs/{job:str}/timeline", summary="One job's events in order")
-async def job_timeline(ctx: ApiContext, caller: Caller, study: Name, job: Name,
+async def job_timeline(ctx: Ctx, caller: Who, study: Name, job: Name,
                        offset: Offset = 0, limit: Limit = 100) -> TimelinePage:
     feed = _feed(ctx, caller, study)
     _job(feed, job)
@@ -162,7 +169,7 @@ async def job_timeline(ctx: ApiContext, caller: Caller, study: Name, job: Name,
 
 @read("/v1/studies/{study:str}/jobs/{job:str}/metrics",
      summary="One job's metrics per round and worker (FedAvg accuracy and loss)")
-async def job_metrics(ctx: ApiContext, caller: Caller, study: Name, job: Name) -> JobMetrics:
+async def job_metrics(ctx: Ctx, caller: Who, study: Name, job: Name) -> JobMetrics:
     feed = _feed(ctx, caller, study)
     _job(feed, job)
     points = list(feed.metrics.get(job, []))
@@ -171,7 +178,7 @@ async def job_metrics(ctx: ApiContext, caller: Caller, study: Name, job: Name) -
 
 
 @read("/v1/studies/{study:str}/timeline", summary="A study's events in order")
-async def study_timeline(ctx: ApiContext, caller: Caller, study: Name, offset: Offset = 0,
+async def study_timeline(ctx: Ctx, caller: Who, study: Name, offset: Offset = 0,
                          limit: Limit = 100, kind: TypeFilter = None) -> TimelinePage:
     feed = _feed(ctx, caller, study)
     items = feed.timeline if kind is None else [e for e in feed.timeline if e.type == kind]
@@ -182,8 +189,10 @@ async def study_timeline(ctx: ApiContext, caller: Caller, study: Name, offset: O
 @read("/v1/studies/{study:str}/events", summary="A study's live events (server-sent events)",
      description="Each event is one timeline entry as JSON, its `id` the stream sequence; "
                  "a client that reconnects with `Last-Event-ID` misses nothing.")
-async def study_events(ctx: ApiContext, caller: Caller, request: Request[Any, Any, Any],
+async def study_events(ctx: Ctx, caller: Who, request: Request[Any, Any, Any],
                        study: Name, after: Offset = 0) -> ServerSentEvent:
+    from cairn.httpapi.feeds import listen
+
     feed = _feed(ctx, caller, study)
     last = request.headers.get("last-event-id", "")
     if last.isdigit() and len(last) < 19:
@@ -203,7 +212,7 @@ async def study_events(ctx: ApiContext, caller: Caller, request: Request[Any, An
                   "bus, signed by the caller's key. It is sent on unchanged; the answer is "
                   "the coordinator's reply. The HTTP layer adds no authority: an unsigned or "
                   "tampered envelope is refused by the coordinator as it would be on the bus.")
-async def request_passthrough(ctx: ApiContext, caller: Caller,
+async def request_passthrough(ctx: Ctx, caller: Who,
                               request: Request[Any, Any, Any],
                               study: Name) -> Response[bytes]:
     check_name(study, "study")
@@ -240,7 +249,7 @@ def _status_of(error: api.ErrorBody | None) -> int:
 
 
 @read("/v1/sites", summary="The federation's sites the caller may read")
-async def sites(ctx: ApiContext, caller: Caller, offset: Offset = 0, limit: Limit = 50,
+async def sites(ctx: Ctx, caller: Who, offset: Offset = 0, limit: Limit = 50,
                 backend: Filter = None) -> SitesPage:
     found = [f.summary() for n, f in sorted(ctx.facts.sites.items())
              if caller.may_read_site(n) and (backend is None or f.backend == backend)]
@@ -249,7 +258,7 @@ async def sites(ctx: ApiContext, caller: Caller, offset: Offset = 0, limit: Limi
 
 
 @read("/v1/sites/{site:str}", summary="One site: backend, latest snapshot, drift, validations")
-async def site(ctx: ApiContext, caller: Caller, site: Name) -> SiteSummary:
+async def site(ctx: Ctx, caller: Who, site: Name) -> SiteSummary:
     facts = ctx.facts.sites.get(site)
     if facts is None or not caller.may_read_site(site):
         raise NotFound(f"no site {site}", field="site")
@@ -257,8 +266,10 @@ async def site(ctx: ApiContext, caller: Caller, site: Name) -> SiteSummary:
 
 
 @read("/v1/sites/{site:str}/eligibility", summary="Per recipe: is the site eligible, and why")
-async def site_eligibility(ctx: ApiContext, caller: Caller, site: Name) -> list[Eligibility]:
+async def site_eligibility(ctx: Ctx, caller: Who, site: Name) -> list[Eligibility]:
     from datetime import UTC, datetime
+
+    from cairn.evidence.status import eligibility
 
     if site not in ctx.facts.sites or not caller.may_read_site(site):
         raise NotFound(f"no site {site}", field="site")
@@ -271,7 +282,7 @@ async def site_eligibility(ctx: ApiContext, caller: Caller, site: Name) -> list[
 
 @read("/v1/recipes", summary="The recipe catalog, filtered by service, accelerator, os, "
      "intent, platform and nodes, each with its evidence status")
-async def recipes(ctx: ApiContext, caller: Caller, offset: Offset = 0, limit: Limit = 50,
+async def recipes(ctx: Ctx, caller: Who, offset: Offset = 0, limit: Limit = 50,
                   service: Filter = None, accelerator: Filter = None, os: Filter = None,
                   intent: Filter = None, platform: Filter = None,
                   nodes: Annotated[int | None, Parameter(ge=0, le=100_000)] = None,
@@ -292,23 +303,23 @@ async def _refresh(ctx: ApiContext) -> None:
 
 
 @read("/v1/recipes/{name:str}", summary="One recipe and its evidence status")
-async def recipe(ctx: ApiContext, caller: Caller, name: Name) -> RecipeSummary:
+async def recipe(ctx: Ctx, caller: Who, name: Name) -> RecipeSummary:
     await _refresh(ctx)
     return ctx.recipes.summary(ctx.recipes.entry(name))
 
 
 @read("/v1/recipes/{name:str}/resolved", summary="A recipe fully resolved")
-async def recipe_resolved(ctx: ApiContext, caller: Caller, name: Name) -> dict[str, object]:
+async def recipe_resolved(ctx: Ctx, caller: Who, name: Name) -> dict[str, object]:
     return ctx.recipes.resolved(name)
 
 
 @read("/v1/recipes/{name:str}/explain", summary="Every resolved value with the file that set it")
-async def recipe_explain(ctx: ApiContext, caller: Caller, name: Name) -> RecipeExplained:
+async def recipe_explain(ctx: Ctx, caller: Who, name: Name) -> RecipeExplained:
     return ctx.recipes.explain(name)
 
 
 @read("/v1/evidence", summary="Evidence recorded, newest first")
-async def evidence(ctx: ApiContext, caller: Caller, offset: Offset = 0, limit: Limit = 50,
+async def evidence(ctx: Ctx, caller: Who, offset: Offset = 0, limit: Limit = 50,
                    site: Filter = None, recipe: Filter = None) -> EvidencePage:
     found = [e for e in reversed(ctx.facts.evidence)
              if caller.may_read_evidence(e.site, e.recipe)
@@ -318,7 +329,7 @@ async def evidence(ctx: ApiContext, caller: Caller, offset: Offset = 0, limit: L
 
 
 @read("/v1/evidence/{bundle:str}/verify", summary="Verify one recorded bundle offline")
-async def evidence_verify(ctx: ApiContext, caller: Caller,
+async def evidence_verify(ctx: Ctx, caller: Who,
                           bundle: Annotated[str, Parameter(pattern=r"^[0-9a-f]{64}$")]
                           ) -> EvidenceVerified:
     from datetime import UTC, datetime
