@@ -37,7 +37,7 @@ def test_a_token_says_who_minted_it_and_nothing_else_verifies() -> None:
     jwt, seed = _credential(ALICE)
     token = apitoken.mint(jwt, seed, lifetime_s=60)
     assert apitoken.check(token, ROOTS).identity == ALICE
-    prefix, claims, signature = token.split(".")
+    prefix, _claims, signature = token.split(".")
     other_jwt, other_seed = _credential(Identity(kind=Kind.ADMIN, name="mallory@org-m"))
     forged = apitoken.mint(other_jwt, other_seed).split(".")[1]
     for bad, why in (
