@@ -66,10 +66,11 @@ def build_app(ctx: ApiContext) -> Litestar:
     async def provide_ctx() -> ApiContext:
         return ctx
 
-    async def provide_caller(request: Request[Any, Any, Any]) -> Caller:
-        return ctx.caller(request.headers.get("authorization"))
+    from cairn.httpapi.pages import PAGES, STATIC, token_of
 
-    from cairn.httpapi.pages import PAGES, STATIC
+    async def provide_caller(request: Request[Any, Any, Any]) -> Caller:
+        # The dashboard's cookie too, so its pages' live views read the event stream.
+        return ctx.caller(token_of(request))
 
     return Litestar(
         route_handlers=[*ROUTES, *PAGES, STATIC],
