@@ -108,7 +108,7 @@ def test_a_caller_of_study_a_sees_no_page_of_study_b(
         assert answer.status == status, path
         shown = page.content()  # type: ignore[attr-defined]
         for secret in ("beta", beta_job, LEADS["beta"]):
-            assert secret not in shown.replace(f"/studies/beta", "") or status == 404, \
+            assert secret not in shown.replace("/studies/beta", "") or status == 404, \
                 (path, secret)
             if status == 200:
                 assert secret not in shown, (path, secret)
