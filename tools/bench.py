@@ -44,6 +44,7 @@ SECTIONS = {
     "security": "bench_security",
     "nonces": "bench_nonces",
     "guard": "bench_guard",
+    "api": "bench_api",
 }
 
 

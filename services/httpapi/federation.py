@@ -89,7 +89,7 @@ class FederationFacts:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RESYNC_S)
-            self._wake.clear()
+            self._wake.clear()  # before syncing: a wake-up during the sync is not lost
             try:
                 await self.sync()
             except asyncio.CancelledError:

@@ -34,6 +34,7 @@ SUBSCRIBER_QUEUE = 1024
 """Entries an SSE client may fall behind by before it is cut off (it reconnects with
 `Last-Event-ID` and misses nothing)."""
 RESYNC_S = 2.0
+WAKE_RETRIES = 10
 """A feed replays at least this often, should a wake-up have been missed."""
 
 
@@ -148,6 +149,7 @@ class Feeds:
         wake = self._wake[study]
         stream = subjects.study_stream(study).name
         while True:
+            wake.clear()  # before syncing: a wake-up during the sync is not lost
             try:
                 await self.sync(feed, stream)
             except asyncio.CancelledError:
@@ -155,7 +157,6 @@ class Feeds:
             except Exception as exc:  # a stream not made yet, a bus restarting: next time
                 log.debug("feed %s: %s", study, exc)
             synced.set()
-            wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), RESYNC_S)
 
@@ -163,15 +164,18 @@ class Feeds:
         """Fold what `stream` holds past the feed's last sequence; returns how many."""
         async with feed.lock:
             count = 0
-            # A live message can arrive just before it is stored: look again, briefly.
-            for attempt in range(4):
+            # A live message can arrive before the stream has stored it: look again, sooner
+            # first, for up to about a second (then the periodic resync takes over).
+            delay = 0.002
+            for attempt in range(WAKE_RETRIES):
                 async for item in replay(self._bus, stream, STUDY_DECODER,
                                          start_seq=feed.last_seq + 1):
                     feed.apply(item)
                     count += 1
-                if count or attempt == 3:
+                if count or attempt == WAKE_RETRIES - 1:
                     break
-                await asyncio.sleep(0.005 * (attempt + 1))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.25)
             return count
 
 
