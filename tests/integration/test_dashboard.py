@@ -18,7 +18,7 @@ playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a 
 
 from cairn.recipes import load_catalog  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
-from tests.fixtures.api import LEADS, ROUNDS, ApiFederation  # noqa: E402
+from tests.fixtures.api import EVIDENCED, LEADS, ROUNDS, ApiFederation  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("CAIRN_TEST_ARTIFACTS", REPO / "build" / "test-artifacts")
@@ -73,6 +73,12 @@ def test_the_catalog_filtered_to_one_accelerator_and_intent(
     assert len(statuses) == len(expected)
     assert set(statuses) <= {"CONFIRMED", "SINGLE", "CONTESTED", "FAILING", "UNTESTED"}
     _shot(page, "recipes-h100-training")
+    # The evidenced recipe, found by its status, with its signer and tested hardware.
+    page.goto(f"{api_federation.url}/recipes?status=SINGLE")  # type: ignore[attr-defined]
+    rows = page.locator("#recipes tbody tr")  # type: ignore[attr-defined]
+    assert rows.locator(".recipe").all_inner_texts() == [EVIDENCED]
+    row = rows.first.inner_text()
+    assert "SINGLE" in row and "federation" in row
 
 
 def test_a_running_job_shows_its_rounds_and_its_plot_growing_live(

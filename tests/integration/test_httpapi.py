@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import msgspec
 
 from cairn import api
+from cairn.events import JobCancelRequested
 from cairn.trust.requests import RequestSigner
-from tests.fixtures.api import LEADS, ApiFederation
+from tests.fixtures.api import EVIDENCED, LEADS, ApiFederation
+from tests.integration.cp_helpers import study_events, write_job
+
+HELD = """\
+import time
+time.sleep(120)
+"""
 
 ALICE, BOB = LEADS["alpha"], LEADS["beta"]
 
@@ -78,6 +86,19 @@ def test_job_state_timeline_and_metrics_as_folded(api_federation: ApiFederation)
         assert page["items"] == [] and page["total"] == 0
 
 
+def test_a_recipes_evidence_status_and_the_catalogs_filters(
+        api_federation: ApiFederation) -> None:
+    with api_federation.http(ALICE) as alice:
+        shown = alice.get(f"/v1/recipes/{EVIDENCED}").json()
+        assert shown["status"] == "SINGLE" and shown["signers"] == ["federation"]
+        page = alice.get("/v1/recipes", params={"status": "SINGLE"}).json()
+        assert [r["name"] for r in page["items"]] == [EVIDENCED]
+        h100 = alice.get("/v1/recipes", params={"accelerator": "h100", "limit": 500}).json()
+        assert h100["total"] and all(r["criteria"]["accelerator"] == "h100"
+                                     for r in h100["items"])
+        assert all(r["status"] == "UNTESTED" for r in h100["items"])
+
+
 def test_no_token_or_a_bad_one_is_401_with_one_error(api_federation: ApiFederation) -> None:
     with api_federation.http(None) as anon:
         answer = anon.get("/v1/studies")
@@ -139,6 +160,26 @@ def test_writes_are_the_callers_signed_envelope_and_nothing_more(
             api.Envelope(request=api.JobList(), study="alpha"))
         answer = alice.post("/v1/studies/alpha/requests", content=listing)
         assert answer.status_code == 400 and answer.json()["field"] == "request.type"
+
+
+async def test_a_signed_cancel_through_the_api_cancels_the_job(
+        api_federation: ApiFederation, tmp_path: Path) -> None:
+    alice = await api_federation.client(ALICE, "alpha")
+    try:
+        job = await alice.submit(write_job(tmp_path, name="to-cancel", script=HELD))
+        with api_federation.http(ALICE) as http:
+            answer = http.post("/v1/studies/alpha/requests",
+                               content=_cancel(api_federation, ALICE, "alpha", job))
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["ok"] is True
+        final = await alice.wait(job, timeout=60)
+        assert final.state == "aborted" and final.cancel_requested, final
+        # Recorded as alice's: the signer of the envelope, not the API's connection.
+        stored = await study_events(api_federation.fed, "alpha", job)
+        (asked,) = [e for e in stored if isinstance(e, JobCancelRequested)]
+        assert asked.actor == ALICE
+    finally:
+        await alice.close()
 
 
 def test_sse_sends_a_studys_new_events_and_resumes_after_last_event_id(
