@@ -37,6 +37,9 @@ class RecipeCatalog:
         self.catalog = catalog
         self.trust = trust
         self._status: dict[str, RecipeEvidence] = {}
+        self._checks: dict[str, list[str]] = {}
+        """The checks of each recipe resolved for its evidence (with its bases' and
+        mixins'); others show the checks their own file names."""
         self._generation = -1
 
     @classmethod
@@ -68,8 +71,9 @@ class RecipeCatalog:
     def summary(self, entry: RecipeEntry) -> RecipeSummary:
         status = self._status.get(entry.name)
         phases = [getattr(entry.spec.validation, p, None) for p in PHASES]
-        checks = sorted({str(getattr(c, "name", "")) for phase in phases
-                         for c in getattr(phase, "checks", None) or ()} - {""})
+        checks = self._checks.get(entry.name) or sorted(
+            {str(getattr(c, "name", "")) for phase in phases
+             for c in getattr(phase, "checks", None) or ()} - {""})
         return RecipeSummary(
             name=entry.name, description=entry.spec.description,
             criteria=msgspec.to_builtins(entry.spec.criteria, order="deterministic"),
@@ -91,6 +95,7 @@ class RecipeCatalog:
         if root is not None and (root / "evidence").is_dir():
             names |= {p.name for p in (root / "evidence").iterdir()}
         status: dict[str, RecipeEvidence] = {}
+        checks: dict[str, list[str]] = {}
         for name in sorted(names & set(self.catalog.overlays)):
             bundles: list[tuple[str, BundleFiles]] = list(catalog_bundles(root, name))
             for digest in by_recipe.get(name, []):
@@ -99,14 +104,17 @@ class RecipeCatalog:
                 except CairnError as exc:
                     log.warning("evidence %s of %s: %s", digest, name, exc)
             try:
-                resolved = msgspec.to_builtins(resolve(self.catalog, name))
+                found = resolve(self.catalog, name)
             except InvalidInput as exc:
                 log.warning("recipe %s does not resolve: %s", name, exc)
                 continue
+            checks[name] = sorted({c.name for phase in found.validation.values()
+                                   for c in phase.checks})
+            resolved = msgspec.to_builtins(found)
             resolved.pop("provenance", None)
             status[name] = recipe_evidence(name, resolved, bundles, self.trust,
                                            now=datetime.now(UTC))
-        self._status = status
+        self._status, self._checks = status, checks
         self._generation = generation
 
     def explain(self, name: str) -> RecipeExplained:

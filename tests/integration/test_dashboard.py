@@ -79,6 +79,7 @@ def test_the_catalog_filtered_to_one_accelerator_and_intent(
     assert rows.locator(".recipe").all_inner_texts() == [EVIDENCED]
     row = rows.first.inner_text()
     assert "SINGLE" in row and "federation" in row
+    _shot(page, "recipes-evidenced")
 
 
 def test_a_running_job_shows_its_rounds_and_its_plot_growing_live(
