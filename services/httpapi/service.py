@@ -70,8 +70,12 @@ class HttpApiService:
         await facts.start()
         self._ctx = ApiContext(bus=runtime.bus, feeds=feeds, facts=facts, recipes=recipes,
                                roots=roots)
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
+        # and without it every keep-alive answer waits ~40 ms (Nagle and delayed ACKs).
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                             socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((self.host, self.port))
         cert, key = opts.get("tls_cert"), opts.get("tls_key")
         config = uvicorn.Config(build_app(self._ctx), log_level="warning", lifespan="off",
