@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from cairn.errors import InvalidInput
+from cairn.errors import InvalidInput, Unavailable
 from cairn.httpapi.context import ApiContext
 from cairn.httpapi.federation import FederationFacts
 from cairn.httpapi.feeds import Feeds
@@ -76,7 +76,13 @@ class HttpApiService:
                              socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((self.host, self.port))
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise Unavailable(f"the HTTP API cannot listen on {self.host}:{self.port}: "
+                              f"{exc.strerror or exc} (-O listen=HOST:PORT)",
+                              field="listen") from None
         cert, key = opts.get("tls_cert"), opts.get("tls_key")
         config = uvicorn.Config(build_app(self._ctx), log_level="warning", lifespan="off",
                                 access_log=False, ssl_certfile=cert, ssl_keyfile=key,
