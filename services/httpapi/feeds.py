@@ -10,6 +10,7 @@ this fold; who may see which study is decided per request (`cairn.httpapi.scope`
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -46,6 +47,8 @@ class StudyFeed:
     study: StudyState | None = None
     jobs: dict[str, JobState] = field(default_factory=dict)
     timeline: list[TimelineItem] = field(default_factory=list)
+    by_job: dict[str, list[TimelineItem]] = field(default_factory=dict)
+    """Each job's entries, in order (a job's timeline without a scan of the study's)."""
     metrics: dict[str, list[MetricPoint]] = field(default_factory=dict)
     last_seq: int = 0
     listeners: set[asyncio.Queue[TimelineItem | None]] = field(default_factory=set)
@@ -69,8 +72,15 @@ class StudyFeed:
         shown = TimelineItem(seq=e.seq, at=e.at, subject=e.subject, type=e.type, job=e.job,
                              summary=e.summary)
         self.timeline.append(shown)
+        if shown.job:
+            self.by_job.setdefault(shown.job, []).append(shown)
         if len(self.timeline) > MAX_TIMELINE:
-            del self.timeline[: len(self.timeline) - MAX_TIMELINE]
+            cut = self.timeline[: len(self.timeline) - MAX_TIMELINE]
+            del self.timeline[: len(cut)]
+            for old in cut:
+                kept = self.by_job.get(old.job or "")
+                if kept and kept[0] is old:
+                    kept.pop(0)
         self.last_seq = max(self.last_seq, item.seq)
         for queue in list(self.listeners):
             try:
@@ -196,7 +206,8 @@ async def listen(feed: StudyFeed, after: int) -> AsyncIterator[TimelineItem]:
     feed.listeners.add(queue)
     try:
         last = after
-        for kept in [e for e in feed.timeline if e.seq > after]:
+        start = bisect.bisect_right(feed.timeline, after, key=lambda e: e.seq)
+        for kept in feed.timeline[start:]:
             last = kept.seq
             yield kept
         while True:

@@ -134,7 +134,7 @@ async def job_page(ctx: Ctx, request: Request[Any, Any, Any], study: str,
                     else "", w.exit_code if w.exit_code is not None else "")
                    for _, w in sorted(state.workers.items())]
         events = [(e.seq, e.at.strftime("%H:%M:%S.%f")[:-3] if e.at else "", e.type, e.summary)
-                  for e in feed.timeline if e.job == job]
+                  for e in feed.by_job.get(job, [])]
         rounds = sorted({p.step for p in points if p.step is not None})
         return page(f"Job {state.name}", join([
             tag("p", link(f"/studies/{study}", f"study {study}"), " · ", tag("code", job),

@@ -162,7 +162,7 @@ async def job_timeline(ctx: Ctx, caller: Who, study: Name, job: Name,
                        offset: Offset = 0, limit: Limit = 100) -> TimelinePage:
     feed = _feed(ctx, caller, study)
     _job(feed, job)
-    items = [e for e in feed.timeline if e.job == job]
+    items = feed.by_job.get(job, [])
     return TimelinePage(items=items[offset:offset + limit], total=len(items), offset=offset,
                         limit=limit)
 
