@@ -47,6 +47,8 @@ class StudyFeed:
     study: StudyState | None = None
     jobs: dict[str, JobState] = field(default_factory=dict)
     timeline: list[TimelineItem] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    """Job ids in the order they were submitted (the stream's): lists read it backwards."""
     by_job: dict[str, list[TimelineItem]] = field(default_factory=dict)
     """Each job's entries, in order (a job's timeline without a scan of the study's)."""
     metrics: dict[str, list[MetricPoint]] = field(default_factory=dict)
@@ -63,6 +65,8 @@ class StudyFeed:
             if isinstance(job_id, str):
                 updated = job_state.apply(self.jobs.get(job_id), event)
                 if updated is not None:
+                    if job_id not in self.jobs:
+                        self.order.append(job_id)
                     self.jobs[job_id] = updated
             if isinstance(event, WorkerMetric):
                 self.metrics.setdefault(event.job, []).append(MetricPoint(

@@ -9,11 +9,12 @@ timeline and plot) from the study's event stream. A browser signs in once with a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, Response, get
 from litestar.datastructures import Cookie
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import PathParameter, QueryParameter
 from litestar.static_files import create_static_files_router
 
 from cairn.errors import CairnError, NotFound, PermissionDenied
@@ -26,6 +27,7 @@ from cairn.httpapi.scope import Caller
 from cairn.trust import apitoken
 
 COOKIE = "cairn_token"
+Segment = Annotated[str, PathParameter(max_length=200)]
 STATIC_DIR = Path(__file__).parent / "static"
 
 
@@ -78,7 +80,7 @@ def _render(ctx: ApiContext, request: Request[Any, Any, Any], build: Any) -> Res
 
 
 @get("/login", include_in_schema=False)
-async def login(ctx: Ctx, token: str = "") -> Response[str]:
+async def login(ctx: Ctx, token: Annotated[str, QueryParameter()] = "") -> Response[str]:
     if len(token) > apitoken.MAX_TOKEN_BYTES:
         return _login("that token is too long")
     try:
@@ -105,10 +107,10 @@ async def overview(ctx: Ctx, request: Request[Any, Any, Any]) -> Response[str]:
 
 
 @get("/studies/{study:str}", include_in_schema=False)
-async def study_page(ctx: Ctx, request: Request[Any, Any, Any], study: str) -> Response[str]:
+async def study_page(ctx: Ctx, request: Request[Any, Any, Any], study: Segment) -> Response[str]:
     def build(caller: Caller) -> Html:
         feed = routes._feed(ctx, caller, study)
-        jobs = sorted(feed.jobs.values(), key=lambda j: (j.submitted_at, j.job), reverse=True)
+        jobs = [feed.jobs[j] for j in reversed(feed.order)]
         rows = [(link(f"/studies/{study}/jobs/{j.job}", j.job), j.name, badge(j.state),
                  join(tag("span", f"{w.site}:{w.state} ", class_="worker")
                       for _, w in sorted(j.workers.items())),
@@ -123,8 +125,8 @@ async def study_page(ctx: Ctx, request: Request[Any, Any, Any], study: str) -> R
 
 
 @get("/studies/{study:str}/jobs/{job:str}", include_in_schema=False)
-async def job_page(ctx: Ctx, request: Request[Any, Any, Any], study: str,
-                   job: str) -> Response[str]:
+async def job_page(ctx: Ctx, request: Request[Any, Any, Any], study: Segment,
+                   job: Segment) -> Response[str]:
     def build(caller: Caller) -> Html:
         feed = routes._feed(ctx, caller, study)
         state = routes._job(feed, job)
@@ -212,7 +214,7 @@ async def sites_page(ctx: Ctx, request: Request[Any, Any, Any]) -> Response[str]
 
 
 @get("/sites/{site:str}", include_in_schema=False)
-async def site_page(ctx: Ctx, request: Request[Any, Any, Any], site: str) -> Response[str]:
+async def site_page(ctx: Ctx, request: Request[Any, Any, Any], site: Segment) -> Response[str]:
     from datetime import UTC, datetime
 
     from cairn.evidence.status import eligibility
@@ -254,7 +256,7 @@ async def evidence_page(ctx: Ctx, request: Request[Any, Any, Any]) -> Response[s
 
 
 @get("/evidence/{bundle:str}", include_in_schema=False)
-async def bundle_page(ctx: Ctx, request: Request[Any, Any, Any], bundle: str
+async def bundle_page(ctx: Ctx, request: Request[Any, Any, Any], bundle: Segment
                       ) -> Response[str]:
     try:
         caller = _caller(ctx, request)

@@ -130,15 +130,15 @@ async def study(ctx: Ctx, caller: Who, study: Name) -> StudySummary:
     return _study_summary(_feed(ctx, caller, study))
 
 
-@read("/v1/studies/{study:str}/jobs", summary="A study's jobs, newest first")
+@read("/v1/studies/{study:str}/jobs", summary="A study's jobs, the last submitted first")
 async def jobs(ctx: Ctx, caller: Who, study: Name, offset: Offset = 0,
                limit: Limit = 50, job_state: StateFilter = None, name: Filter = None,
                site: Filter = None) -> JobsPage:
     feed = _feed(ctx, caller, study)
-    found = [j for j in feed.jobs.values()
+    jobs = (feed.jobs[j] for j in reversed(feed.order))
+    found = [j for j in jobs
              if (job_state is None or j.state == job_state) and (name is None or j.name == name)
              and (site is None or any(w.site == site for w in j.workers.values()))]
-    found.sort(key=lambda j: (j.submitted_at, j.job), reverse=True)
     return JobsPage(items=[_job_summary(j) for j in found[offset:offset + limit]],
                     total=len(found), offset=offset, limit=limit)
 
