@@ -6,7 +6,8 @@
 - bus to browser: an event published on the bus until the job's page in Chromium shows it
   (the page's live view: SSE, then the page's live parts rendered again), target < 100 ms;
   and bus to an SSE client alone;
-- the dashboard's first load of `/recipes` with a catalog of 500 recipes (target < 300 ms).
+- the dashboard's first load of `/recipes` with a catalog of 500 recipes (its first page of
+  100 rows; target < 300 ms).
 
 The browser figures need Debian's `chromium` and Playwright (`make setup`); without them they
 are reported as skipped.
@@ -168,8 +169,8 @@ def _browser(bus: Any, url: str, loop: asyncio.AbstractEventLoop,
                 loads.append(time.perf_counter() - started)
                 rows = fresh.locator("#recipes tbody tr").count()
                 fresh.close()
-            out["dashboard_first_load_500_recipes"] = {**_ms(loads), "recipes": rows,
-                                                       "target_ms": 300}
+            out["dashboard_first_load_500_recipes"] = {**_ms(loads), "recipes": 500,
+                                                       "rows_shown": rows, "target_ms": 300}
         finally:
             browser.close()
     return out

@@ -27,6 +27,7 @@ from cairn.httpapi.scope import Caller
 from cairn.trust import apitoken
 
 COOKIE = "cairn_token"
+RECIPES_PER_PAGE = 100
 Segment = Annotated[str, PathParameter(max_length=200)]
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -157,6 +158,8 @@ async def job_page(ctx: Ctx, request: Request[Any, Any, Any], study: Segment,
 async def recipes_page(ctx: Ctx, request: Request[Any, Any, Any]) -> Response[str]:
     given = {k: request.query_params.get(k) or None for k in FILTERS}
     status = request.query_params.get("status") or None
+    given_offset = request.query_params.get("offset") or "0"
+    offset = int(given_offset) if given_offset.isdigit() and len(given_offset) < 9 else 0
     await routes._refresh(ctx)
 
     def build(caller: Caller) -> Html:
@@ -185,12 +188,32 @@ async def recipes_page(ctx: Ctx, request: Request[Any, Any, Any]) -> Response[st
         rows = [(tag("span", s.name, class_="recipe"), s.description, badge(s.status),
                  ", ".join(f"{k}={v}" for k, v in s.criteria.items() if v not in ("any", 0)),
                  ", ".join(s.hardware), ", ".join(s.checks), ", ".join(s.signers))
-                for s in shown]
+                for s in shown[offset:offset + RECIPES_PER_PAGE]]
+        last = min(offset + RECIPES_PER_PAGE, len(shown))
+        count = (f"{len(shown)} of {len(catalog.overlays)} recipes"
+                 + (f"; {offset + 1} to {last} shown" if len(shown) > RECIPES_PER_PAGE else ""))
         return page("Recipes", join([
-            form, tag("p", f"{len(shown)} of {len(catalog.overlays)} recipes", id="count"),
+            form, tag("p", count, id="count"),
             table(("recipe", "description", "status", "criteria", "tested on", "checks",
-                   "signers"), rows, id="recipes")]), who=caller.name)
+                   "signers"), rows, id="recipes"),
+            _pager(request, offset, len(shown))]), who=caller.name)
     return _render(ctx, request, build)
+
+
+def _pager(request: Request[Any, Any, Any], offset: int, total: int) -> Html:
+    """Links to the previous and next page of a list, its filters kept."""
+    from urllib.parse import urlencode
+
+    def at(start: int) -> str:
+        query = {k: v for k, v in request.query_params.items() if k != "offset" and v}
+        return f"{request.url.path}?{urlencode({**query, 'offset': start})}"
+
+    links = []
+    if offset > 0:
+        links.append(link(at(max(0, offset - RECIPES_PER_PAGE)), "previous"))
+    if offset + RECIPES_PER_PAGE < total:
+        links.append(link(at(offset + RECIPES_PER_PAGE), "next"))
+    return tag("p", Html(" · ".join(links)), class_="pager")
 
 
 @get("/sites", include_in_schema=False)
