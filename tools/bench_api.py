@@ -161,16 +161,19 @@ def _browser(bus: Any, url: str, loop: asyncio.AbstractEventLoop,
                 page.locator(f"#rounds[data-rounds='{step}']").wait_for(timeout=30_000)
                 samples.append(time.perf_counter() - started)
             out["bus_to_browser"] = {**_ms(samples), "target_ms": 100}
-            loads = []
-            for _ in range(10):
-                fresh = browser.new_page()
-                started = time.perf_counter()
-                fresh.goto(f"{url}/recipes", wait_until="load")
-                loads.append(time.perf_counter() - started)
-                rows = fresh.locator("#recipes tbody tr").count()
-                fresh.close()
-            out["dashboard_first_load_500_recipes"] = {**_ms(loads), "recipes": 500,
-                                                       "rows_shown": rows, "target_ms": 300}
+            for name, path in (("dashboard_first_load_500_recipes", "/recipes"),
+                               ("dashboard_first_load_empty_page", "/evidence")):
+                loads = []
+                for _ in range(10):
+                    fresh = browser.new_page()
+                    started = time.perf_counter()
+                    fresh.goto(f"{url}{path}", wait_until="load")
+                    loads.append(time.perf_counter() - started)
+                    rows = fresh.locator("table tbody tr").count()
+                    fresh.close()
+                out[name] = {**_ms(loads), "rows_shown": rows}
+            # The empty page is the floor: what a navigation costs this browser here at all.
+            out["dashboard_first_load_500_recipes"].update(recipes=500, target_ms=300)
         finally:
             browser.close()
     return out
