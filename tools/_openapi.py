@@ -12,7 +12,10 @@ the check then says so instead of failing.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 OPENAPI = "openapi.json"
@@ -21,8 +24,48 @@ _ANNOTATIONS = frozenset({"default", "description", "title", "examples", "summar
                           "$comment", "deprecated", "operationId"})
 
 
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / "build" / "openapi-cache"
+
+
+def _inputs_digest() -> str:
+    """What the document is made from: every source file of the library and the API service,
+    and Litestar's version (so a cached document is never one another code would make)."""
+    from importlib import metadata
+
+    digest = hashlib.sha256(metadata.version("litestar").encode())
+    for folder in (REPO / "libs" / "cairn", REPO / "services" / "httpapi"):
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(path.relative_to(REPO).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def openapi_document() -> Doc:
-    """The document as the service serves it (no federation needed to build it)."""
+    """The document as the service serves it (no federation needed to build it).
+
+    Building it imports Litestar (most of a second); `tools/check_schemas.py` runs often, so
+    the document is kept under build/ by the digest of everything it is made from."""
+    key = _inputs_digest()
+    cached = CACHE / f"{key}.json"
+    if cached.is_file():
+        doc: Doc = json.loads(cached.read_text(encoding="utf-8"))
+        return doc
+    doc = _build()
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(doc), encoding="utf-8")
+        partial.replace(cached)  # atomic: a concurrent reader sees all of it or none
+        for stale in CACHE.glob("*.json"):
+            if stale != cached:
+                stale.unlink(missing_ok=True)  # made from code that is gone
+    except OSError:
+        pass  # a read-only checkout: build it every time
+    return doc
+
+
+def _build() -> Doc:
     from cairn.httpapi.app import build_app
     from cairn.httpapi.context import ApiContext
 
