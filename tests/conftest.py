@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.docker",
     "tests.fixtures.slurm",
     "tests.fixtures.slurm_lab",
+    "tests.fixtures.api",
 ]
 
 REPO = Path(__file__).resolve().parent.parent

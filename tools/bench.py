@@ -51,6 +51,7 @@ SECTIONS = {
     "bundles": "bench_bundles",
     "workflows": "bench_workflows",
     "perf": "bench_perf",
+    "api": "bench_api",
 }
 
 

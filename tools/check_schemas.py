@@ -18,6 +18,10 @@ incompatibility passes only when this checkout's major version (pyproject.toml) 
 than the baseline's release (its README's `(x.y.z)`, or pyproject.toml at the revision):
 docs/compatibility.md. Exit 2 when the folder, the revision or its `schemas/` cannot be read.
 
+The HTTP API's OpenAPI document (`openapi.json`) is held to the same rule by
+`tools/_openapi.py`: an operation, parameter, documented status or response field that callers
+of the baseline rely on must stay, unless the contract's major version changed.
+
 Types are compared structurally: annotations (defaults, docs, titles) never break readers,
 and a nested Struct is compared field by field, so a renamed class is not a type change.
 """
@@ -43,6 +47,7 @@ from tools._compat_rules import (  # noqa: E402
     verdict,
     version_at,
 )
+from tools._openapi import check_openapi  # noqa: E402
 from tools.export_schemas import generate, is_generated  # noqa: E402
 
 _ANNOTATIONS = frozenset({"default", "description", "title", "examples", "$comment"})
@@ -182,7 +187,8 @@ def incompatibilities(baseline: dict[str, str], candidate: dict[str, str]) -> li
         problems += _compare_struct(
             tag, "", bdefs[bname], bdefs, ndefs[nname], ndefs, {(bname, nname)}
         )
-    return problems
+    # The HTTP API's contract, by the same rule: what callers of the baseline rely on stays.
+    return problems + check_openapi(baseline, candidate)
 
 
 def value_incompatibilities(label: str, baseline: dict[str, Any],

@@ -18,6 +18,7 @@ import yaml  # noqa: E402
 
 from tools._api_schemas import api_files, api_index  # noqa: E402
 from tools._asyncapi import asyncapi  # noqa: E402
+from tools._openapi import OPENAPI, openapi_document  # noqa: E402
 from tools._schemas import (  # noqa: E402
     GENERATED_BY,
     data_files,
@@ -37,12 +38,13 @@ def generate() -> dict[str, str]:
     files["index.json"] = to_json({**index(places), "api": api_index()})
     document = yaml.safe_dump(asyncapi(places), sort_keys=False, allow_unicode=True, width=100)
     files["asyncapi.yaml"] = f"# {GENERATED_BY}\n{document}"
+    files[OPENAPI] = to_json(openapi_document())
     return dict(sorted(files.items()))
 
 
 def is_generated(path: str) -> bool:
     """Whether a path inside `schemas/` is one `generate` owns (others are left alone)."""
-    return path in ("index.json", "asyncapi.yaml") or (
+    return path in ("index.json", "asyncapi.yaml", OPENAPI) or (
         path.startswith(("events/", "api/", "data/")) and path.endswith(".json")
         and path.count("/") == 1
     )

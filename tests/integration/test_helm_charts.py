@@ -118,7 +118,7 @@ def test_the_federation_chart_runs_one_writer_per_service(helm_bin: Path,
     docs = template(helm_bin, "cairn-federation", "full", tmp_path)
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
     assert set(deployments) == {"rel-coordinator", "rel-validator", "rel-signer",
-                                "rel-authority"}
+                                "rel-authority", "rel-httpapi"}
     for d in deployments.values():
         assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
         container = d["spec"]["template"]["spec"]["containers"][0]
@@ -130,6 +130,13 @@ def test_the_federation_chart_runs_one_writer_per_service(helm_bin: Path,
         assert env["CAIRN_CREDS"] == "/etc/cairn/kit/hub.creds"  # the hub's kit
     signer = deployments["rel-signer"]["spec"]["template"]["spec"]["containers"][0]
     assert "evidence_key=/etc/cairn/signer/signer.key" in signer["args"]
+    # The HTTP API: HTTPS with the operator's certificate, behind a Service of its own.
+    api = deployments["rel-httpapi"]["spec"]["template"]["spec"]["containers"][0]
+    assert api["args"][:2] == ["run", "httpapi"]
+    assert {"listen=0.0.0.0:8443", "tls_cert=/etc/cairn/api-tls/tls.crt"} <= set(api["args"])
+    (service,) = [d for d in docs if d["kind"] == "Service"
+                  and d["metadata"]["name"] == "rel-api"]
+    assert service["spec"]["ports"][0]["port"] == 8443
     (nats,) = [d for d in docs if d["kind"] == "StatefulSet"]
     claim = nats["spec"]["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"]["requests"]["storage"] == "50Gi"

@@ -33,12 +33,14 @@ def _run(engine: DockerEngine, image: str, argv: list[str], **options: Any) -> t
 def test_the_command_is_a_cairn_command(dockerd: DockerEngine, parent_image: BuiltImage) -> None:
     code, out = _run(dockerd, parent_image.tag, ["run", "--help"])
     assert code == 0, out
-    for service in ("coordinator", "agent", "launcher", "snapshotter", "validator", "signer"):
+    for service in ("coordinator", "agent", "launcher", "snapshotter", "validator", "signer",
+                    "httpapi"):
         assert service in out
     # Every service and its recipes catalog are in the image, importable as `cairn run` would.
     script = ("import cairn.coordinator.service, cairn.agent.service, cairn.launcher.service, "
               "cairn.snapshotter.service, cairn.validator.service, cairn.signer.service, "
-              "cairn.authority.service, numpy; "
+              "cairn.authority.service, cairn.httpapi.service, cairn.httpapi.app, uvicorn, "
+              "numpy; "
               "from cairn.recipes.catalog import load_catalog, default_catalog_dir; "
               "load_catalog(); print(default_catalog_dir())")
     code, out = _run(dockerd, parent_image.tag, ["-c", script], entrypoint=["python3"])

@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -41,7 +42,7 @@ from imagetar import Archive, ImageConfig, RootFS, write_archive  # noqa: E402
 
 REPOSITORY = "cairn"
 # Bump when the layout changes: it is part of the cache key.
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 RECIPES = "usr/local/share/cairn/recipes"
 CAIRN_SCRIPT = b"""#!/usr/local/bin/python3
 import sys
@@ -71,6 +72,13 @@ def service_packages() -> dict[str, Path]:
     return {pkg: REPO / folder for pkg, folder in sorted(mapping.items()) if pkg != "cairn"}
 
 
+def api_distributions() -> tuple[str, ...]:
+    """The `api` extra's distributions as pyproject.toml lists them now."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    return tuple(re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0] for r in extras["api"])
+
+
 def assemble() -> tuple[RootFS, list[tuple[str, Path]]]:
     """The parent's root filesystem and the .py files in it to compile."""
     worker = worker_builder()
@@ -82,6 +90,20 @@ def assemble() -> tuple[RootFS, list[tuple[str, Path]]]:
         for path in root.add_tree(image_dir, folder):
             if path.endswith(".py"):
                 sources.append((path, folder / Path(path).relative_to(image_dir)))
+    # The HTTP API's packages (the `api` extra): the parent runs `cairn run httpapi`, a
+    # worker never does.
+    for dist in worker.distributions(api_distributions()):
+        for file in dist.files or []:
+            host = Path(str(dist.locate_file(file)))
+            if ("__pycache__" in file.parts or file.suffix == ".pyc" or not host.is_file()
+                    or file.parts[0] == ".." or file.is_absolute()):
+                continue
+            image_path = f"{site}/{file.as_posix()}"
+            if image_path in root.entries:
+                continue  # already in the worker's root (msgspec, PyYAML, click, rich, ...)
+            root.add_file(image_path, host)
+            if file.suffix == ".py":
+                sources.append((image_path, host))
     root.add_bytes(f"{worker.PREFIX}/bin/cairn", CAIRN_SCRIPT, 0o755)
     # The validator's catalog (CAIRN_RECIPES points here); an operator may mount another.
     root.add_tree(RECIPES, REPO / "recipes")

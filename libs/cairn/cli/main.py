@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("cairn.cli.keys:keys", "Create Ed25519 signing keys."),
     "provision": ("cairn.cli.provision:provision", "Provision identities and startup kits."),
     "evidence": ("cairn.cli.evidence:evidence", "Verify signed evidence; eligibility; submit."),
+    "api": ("cairn.cli.apicmd:api", "The HTTP API: its URL, bearer tokens, signed requests."),
 }
 
 

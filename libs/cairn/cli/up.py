@@ -14,7 +14,12 @@ import click
 from cairn.errors import CairnError, NotFound
 from cairn.runtime import context, phases
 from cairn.runtime.dirlock import read_holder, stop_leftovers
-from cairn.runtime.embedded import DEFAULT_SITES, DEFAULT_STUDY, EmbeddedFederation
+from cairn.runtime.embedded import (
+    DEFAULT_SITES,
+    DEFAULT_STUDY,
+    EmbeddedFederation,
+    api_installed,
+)
 from cairn.runtime.secure import INSECURE_WARNING
 from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
 
@@ -47,15 +52,24 @@ broker. --insecure turns all of that off, for development only, and says so on e
               help="Seconds to wait for every service to be healthy.")
 @click.option("--insecure", is_flag=True,
               help="DEVELOPMENT ONLY: no TLS, no authentication, no authorization.")
+@click.option("--api/--no-api", "api", default=None,
+              help="Run the HTTP API and dashboard (docs/api.md) in the hub's parent "
+                   "(default: when the `api` extra is installed).")
+@click.option("--api-port", type=int, default=0,
+              help="The HTTP API's port (default: a free one; the context file says which).")
 def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
-       timeout: float, insecure: bool) -> None:
+       timeout: float, insecure: bool, api: bool | None, api_port: int) -> None:
     from cairn.names import check_name
 
     for s in (*sites, study):
         check_name(s, "site" if s in sites else "study")
     t0 = time.monotonic()
+    if api and not api_installed():
+        raise click.UsageError("--api: the HTTP API is not installed (pip install "
+                               "'cairn[api]', or `make install`)")
     fed = EmbeddedFederation(dir=dir_, sites=sites or DEFAULT_SITES, study=study,
-                             port=port or remembered_port(dir_), secure=not insecure)
+                             port=port or remembered_port(dir_), secure=not insecure,
+                             api=api_installed() if api is None else api, api_port=api_port)
     if insecure:
         click.echo(INSECURE_WARNING, err=True)
     stopping = {"flag": False}
@@ -98,6 +112,12 @@ def _print_where(fed: EmbeddedFederation, path: Path, took: float) -> None:
     click.echo(f"Cairn federation up in {took:.2f}s (Ctrl-C or `cairn down` stops it)")
     click.echo(f"  nats        {fed.nats.url}  (monitor {fed.nats.monitor_url})")
     click.echo(f"  context     {path}")
+    if fed.api_url:
+        click.echo(f"  api         {fed.api_url}/v1  dashboard {fed.api_url}/  "
+                   "(`cairn api token`; docs/api.md)")
+    elif not api_installed():
+        click.echo("  api         not installed: pip install 'cairn[api]' for the HTTP API "
+                   "and dashboard")
     if fed.trust is not None:
         click.echo(f"  security    TLS + authority; kits in {fed.trust.dir / 'kits'} "
                    "(docs/security.md)")

@@ -30,6 +30,7 @@ class Context(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         tls_ca: The federation CA that the server is checked against.
         dir: `cairn up`'s working directory (configs, stores, logs).
         up_pid: The pid of the `cairn up` that owns the federation (`cairn down` stops it).
+        api_url: The HTTP API's URL (`cairn api token`, `docs/api.md`), where one runs.
     """
 
     nats_url: str
@@ -44,6 +45,7 @@ class Context(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     up_pid: int | None = None
     hub: str | None = None
     sites: list[str] = []
+    api_url: str | None = None
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:

@@ -30,13 +30,20 @@ from cairn.runtime.forked import (
     fork_zygote,
     preload,
 )
-from cairn.runtime.natsserver import NatsServer
+from cairn.runtime.natsserver import NatsServer, free_port
 from cairn.runtime.secure import Trust
 
 if TYPE_CHECKING:
     from cairn.bus import Bus
 
 DEFAULT_SITES = ("hub", "site-a", "site-b")
+
+
+def api_installed() -> bool:
+    """Whether the HTTP API's dependencies (the `api` extra) are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("litestar", "uvicorn"))
 DEFAULT_STUDY = "demo"
 DEFAULT_ADMIN = "admin@coord"
 SITE_SERVICES = ("agent", "launcher", "snapshotter")
@@ -80,6 +87,11 @@ class EmbeddedFederation:
     `cairn run` parent per site, as `cairn up` runs them."""
     site_services: tuple[str, ...] = SITE_SERVICES
     """The services of every site but the hub (`cairn sim`: agent and launcher only)."""
+    api: bool = False
+    """Run the HTTP API and dashboard (`cairn.httpapi`) in the hub's parent; `cairn up` does
+    when it is installed (the `api` extra). Off in tests that do not read it."""
+    api_port: int = 0
+    """The API's port (0: a free one, chosen at start)."""
     _fork: bool = field(default=False, repr=False)
     _lock: DirLock | None = field(default=None, repr=False)
     _zygotes: dict[str, socket.socket] = field(default_factory=dict, repr=False)
@@ -218,7 +230,8 @@ class EmbeddedFederation:
             phases.mark("up.authority_started")
         if fork:
             # The parents' imports, while the server and the authority start beside them.
-            preload(("coordinator", "validator", "signer", *SITE_SERVICES))
+            preload(("coordinator", "validator", "signer", *SITE_SERVICES,
+                     *(("httpapi",) if self.api else ())))
             phases.mark("up.preloaded")
         self.nats.wait_ready()
         phases.mark("up.nats_ready")
@@ -234,8 +247,11 @@ class EmbeddedFederation:
         # imports, and `cairn run` runs several services in one process for this.
         evidence = ["-O", f"evidence_key={self.evidence_key}",
                     "-O", f"evidence_trust={self.trust_file}"]
-        self._spawn("coordinator", self.hub,
-                    ("coordinator", "validator", "signer", *SITE_SERVICES),
+        hub_services: tuple[str, ...] = ("coordinator", "validator", "signer", *SITE_SERVICES)
+        if self.api:
+            hub_services += ("httpapi",)
+            evidence += self._api_options()
+        self._spawn("coordinator", self.hub, hub_services,
                     ["--federation", str(self.federation_file), *evidence,
                      "--site-config", str(self.site_config(self.hub)), *options])
         if self.sites_per_process > 1:
@@ -291,6 +307,27 @@ class EmbeddedFederation:
                                      close=list(self._zygotes.values()))
             self._zygotes[site] = sock
             self.zygotes[site] = proc
+
+    def _api_options(self) -> list[str]:
+        """`-O` options of the hub's HTTP API: its port, and HTTPS with the server's own
+        certificate when the federation is secure."""
+        assert self.nats is not None
+        if not self.api_port:
+            self.api_port = free_port(self.nats.host)
+        out = ["-O", f"listen={self.nats.host}:{self.api_port}"]
+        if self.trust is not None:
+            server = self.trust.dir / "server"
+            out += ["-O", f"tls_cert={server / 'server.pem'}",
+                    "-O", f"tls_key={server / 'server.key'}"]
+        return out
+
+    @property
+    def api_url(self) -> str | None:
+        """The HTTP API's URL (None when it does not run)."""
+        if not self.api or not self.api_port or self.nats is None:
+            return None
+        scheme = "https" if self.trust is not None else "http"
+        return f"{scheme}://{self.nats.host}:{self.api_port}"
 
     def record(self) -> None:
         """Write down in the directory's lock what runs now (after a start or a restart), so
@@ -452,7 +489,8 @@ class EmbeddedFederation:
         ctx = context.Context(nats_url=self.nats.url, federation="local", study=self.study,
                               actor=DEFAULT_ADMIN, **self.client_options(),
                               dir=str(self.dir.resolve()),
-                              up_pid=os.getpid(), hub=self.hub, sites=list(self.sites))
+                              up_pid=os.getpid(), hub=self.hub, sites=list(self.sites),
+                              api_url=self.api_url)
         return context.save(ctx, path)
 
     def stop(self, timeout: float = 15.0) -> None:

@@ -39,6 +39,7 @@ SERVICES: dict[str, str] = {
     "snapshotter": "cairn.snapshotter.service:SnapshotterService",
     "validator": "cairn.validator.service:ValidatorService",
     "signer": "cairn.signer.service:SignerService",
+    "httpapi": "cairn.httpapi.service:HttpApiService",
 }
 
 SERVICE_OPTIONS: dict[str, dict[str, str]] = {
@@ -68,6 +69,13 @@ SERVICE_OPTIONS: dict[str, dict[str, str]] = {
         "evidence_key": "key that signs evidence (made under the state dir when absent)",
         "evidence_cosign_key": "a second key that co-signs every envelope",
         "evidence_trust": "trust list submitted bundles are checked against",
+    },
+    "httpapi": {
+        "listen": "host:port the HTTP API listens on (127.0.0.1:8470; port 0: any free one)",
+        "tls_cert": "certificate to serve HTTPS with (with tls_key)",
+        "tls_key": "key of tls_cert",
+        "catalog": "the recipe catalog directory",
+        "evidence_trust": "trust list recipes' evidence is counted against",
     },
 }
 """The `-O key=value` options each service reads (key -> what it sets): `cairn run` refuses

@@ -79,6 +79,20 @@ spec:
             - -O
             - evidence_key=/etc/cairn/signer/signer.key
             {{- end }}
+            {{- if eq $name "httpapi" }}
+            - -O
+            - listen=0.0.0.0:{{ $root.Values.api.port }}
+            {{- if $root.Values.api.tlsSecret }}
+            - -O
+            - tls_cert=/etc/cairn/api-tls/tls.crt
+            - -O
+            - tls_key=/etc/cairn/api-tls/tls.key
+            {{- end }}
+            {{- end }}
+          {{- if eq $name "httpapi" }}
+          ports:
+            - {name: http, containerPort: {{ $root.Values.api.port }}}
+          {{- end }}
           env:
             - {name: CAIRN_NATS_URL, value: {{ include "cairn.natsUrl" $root | quote }}}
             - {name: CAIRN_SITE, value: {{ $root.Values.hubSite | quote }}}
@@ -120,6 +134,9 @@ spec:
             {{- if and (eq $name "signer") $root.Values.signer.keySecret }}
             - {name: signer-key, mountPath: /etc/cairn/signer, readOnly: true}
             {{- end }}
+            {{- if and (eq $name "httpapi") $root.Values.api.tlsSecret }}
+            - {name: api-tls, mountPath: /etc/cairn/api-tls, readOnly: true}
+            {{- end }}
       volumes:
         - name: federation
           configMap:
@@ -136,6 +153,12 @@ spec:
         - name: signer-key
           secret:
             secretName: {{ $root.Values.signer.keySecret }}
+            defaultMode: 0400
+        {{- end }}
+        {{- if and (eq $name "httpapi") $root.Values.api.tlsSecret }}
+        - name: api-tls
+          secret:
+            secretName: {{ $root.Values.api.tlsSecret }}
             defaultMode: 0400
         {{- end }}
       {{- with $root.Values.nodeSelector }}
