@@ -9,6 +9,7 @@ and digest. One process runs them all: each run gets a fresh mock monitor and ro
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import runpy
@@ -73,9 +74,18 @@ class _Recording(mocks.MockMonitor):  # type: ignore[misc]
         return response
 
 
+_LOOP: asyncio.AbstractEventLoop | None = None
+
+
 def run_program(bundle: Path, config: dict[str, str] | None = None,
                 ) -> tuple[list[Registered], dict[str, Any]]:
     """Run the bundle's `__main__.py` under mocks: what it registered, and its outputs."""
+    # The SDK runs on the thread's current loop, which an async test before this one may have
+    # closed and unset (pytest-asyncio): a loop of these tests' own.
+    global _LOOP
+    if _LOOP is None or _LOOP.is_closed():
+        _LOOP = asyncio.new_event_loop()
+    asyncio.set_event_loop(_LOOP)
     settings.ROOT.set(None)
     echo = _Echo()
     monitor = _Recording(echo)

@@ -10,6 +10,7 @@ import py_compile
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -314,6 +315,12 @@ def test_clean_refuses_while_a_process_of_it_is_left(tmp_path: Path) -> None:
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                "-sd", str(root / "nats")])
     try:
+        # Once it has exec'd (its command line names the store), as a left-over server has.
+        cmdline = Path(f"/proc/{orphan.pid}/cmdline")
+        deadline = time.monotonic() + 60
+        while str(root / "nats").encode() not in cmdline.read_bytes():
+            assert time.monotonic() < deadline, "the stand-in never started"
+            time.sleep(0.01)
         code, _, err = cairn("clean", "--dir", str(root), env=env)
         assert code == 6 and f"pid {orphan.pid}" in err
         assert root.is_dir()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Generic, TypeVar
 
@@ -12,10 +14,16 @@ from nats.js import api
 
 from cairn.bus._connection import Bus
 from cairn.bus._consumers import create_ephemeral, delete_consumer
+from cairn.errors import Unavailable
 from cairn.events.decoding import decode_with
 from cairn.subjects import misplaced
 
 T = TypeVar("T")
+
+MAX_FETCH_S = 10.0
+"""The longest a fetch waits once earlier ones timed out (each timeout doubles the wait)."""
+STALL_S = 60.0
+"""How long a replay waits for a server that holds more of the history but sends none."""
 
 
 @dataclass(frozen=True)
@@ -68,16 +76,44 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
     info = await create_ephemeral(bus, stream, config, purpose="replay")
     name = str(info.name)
     psub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+    last_seq: int | None = None
+    stalled_since: float | None = None
+    wait = fetch_timeout
     try:
         pending = int(info.num_pending or 0)
         while pending > 0:
             try:
-                msgs = await psub.fetch(min(batch, pending), timeout=fetch_timeout)
+                msgs = await psub.fetch(min(batch, pending), timeout=wait)
             except TimeoutError:
-                break
+                # A busy server, not the end of the history: a replay that stopped here would
+                # fold a shorter past (a service's state at start, a test's proof) and say
+                # nothing. Read on from the last message yielded, on a consumer made afresh
+                # (what a late delivery to the timed-out fetch took is read again, not lost),
+                # until the server stays silent for STALL_S.
+                now = time.monotonic()
+                stalled_since = stalled_since or now
+                wait = min(wait * 2, max(fetch_timeout, MAX_FETCH_S))  # a busy server: more time
+                if now - stalled_since >= STALL_S:
+                    raise Unavailable(f"replay of {stream}: {pending} message(s) not "
+                                      f"delivered within {STALL_S:g}s") from None
+                if last_seq is None or not last_per_subject:
+                    with contextlib.suppress(Exception):
+                        await psub.unsubscribe()
+                    await delete_consumer(bus, stream, name)
+                    if last_seq is not None:
+                        config = replace(config, opt_start_seq=last_seq + 1,
+                                         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                         opt_start_time=None)
+                    info = await create_ephemeral(bus, stream, config, purpose="replay")
+                    name = str(info.name)
+                    psub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+                    pending = int(info.num_pending or 0)
+                continue
+            stalled_since = None
             for msg in msgs:
                 meta = msg.metadata
                 pending = int(meta.num_pending or 0)
+                last_seq = int(meta.sequence.stream)
                 event: T | None = None
                 error: str | None = None
                 if decoder is not None:
@@ -89,7 +125,7 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
                         error = misplaced(event, msg.subject) or None
                         if error is not None:
                             event = None
-                yield Replayed(seq=int(meta.sequence.stream), subject=msg.subject,
+                yield Replayed(seq=last_seq, subject=msg.subject,
                                time=meta.timestamp, event=event, raw=bytes(msg.data),
                                error=error, headers=dict(msg.headers or {}))
     finally:
