@@ -27,6 +27,7 @@ from cairn.httpapi.models import Drift, EvidenceItem, SiteSummary
 
 log = logging.getLogger("cairn.httpapi")
 RESYNC_S = 2.0
+SITE_EVENTS = ("snapshot", "drift", "backend", "config-loaded", "config-rejected")
 
 
 @dataclass
@@ -68,7 +69,10 @@ class FederationFacts:
         """Grows whenever evidence is folded: the recipes' statuses are computed again."""
 
     async def start(self) -> None:
-        for pattern in (f"{subjects.ROOT}.site.*.*", f"{subjects.ROOT}.validation.>",
+        # Wake-ups only (the facts are read from the streams): on exactly the site events the
+        # facts are made of, which the hub may subscribe to (`cairn.site.*.*` it may not).
+        site_events = [f"{subjects.ROOT}.site.*.{kind}" for kind in SITE_EVENTS]
+        for pattern in (*site_events, f"{subjects.ROOT}.validation.>",
                         f"{subjects.ROOT}.evidence.>"):
             self._subs.append(await self._bus.subscribe_core(pattern, self._on_live))
         await self.sync()

@@ -106,22 +106,51 @@ class Feeds:
         self._feeds: dict[str, StudyFeed] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._sub: object | None = None
+        self._subs: dict[str, object] = {}
+        self._discover: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
 
     async def start(self) -> None:
         """Fold every study there is now, then follow them and any new one."""
-        self._sub = await self._bus.subscribe_core(f"{subjects.ROOT}.study.>", self._on_live)
-        for name in await self._bus.stream_names(subjects.STUDY_STREAM_PREFIX):
-            study = subjects.study_of_stream(name)
-            if study:
-                await self._follow(study).wait_synced()
+        for study in await self._studies():
+            await self._wake_on(study)
+            await self._follow(study).wait_synced()
+        self._discover = asyncio.create_task(self._discovering(), name="feeds-discover")
         self.ready.set()
 
+    async def _studies(self) -> list[str]:
+        names = await self._bus.stream_names(subjects.STUDY_STREAM_PREFIX)
+        return [s for n in names if (s := subjects.study_of_stream(n))]
+
+    async def _discovering(self) -> None:
+        """A study made since is found here (its stream), and then followed live."""
+        while True:
+            await asyncio.sleep(RESYNC_S)
+            try:
+                for study in await self._studies():
+                    if study not in self._feeds:
+                        self._follow(study)
+                    await self._wake_on(study)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bus restarting: next time
+                log.debug("feeds: %s", exc)
+
+    async def _wake_on(self, study: str) -> None:
+        """Live wake-ups for `study`: its own subjects, which the hub may subscribe to once
+        the authority knows the study (a wider `cairn.study.>` it may not)."""
+        if study in self._subs:
+            return
+        self._subs[study] = await self._bus.subscribe_core(
+            f"{subjects.ROOT}.study.{study}.>", self._on_live)
+
     async def stop(self) -> None:
-        if self._sub is not None:
+        if self._discover is not None:
+            self._discover.cancel()
+            await asyncio.gather(self._discover, return_exceptions=True)
+        for sub in self._subs.values():
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()  # type: ignore[attr-defined]
+                await sub.unsubscribe()  # type: ignore[attr-defined]
         for task in self._tasks.values():
             task.cancel()
         for feed in self._feeds.values():
