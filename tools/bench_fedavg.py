@@ -56,9 +56,14 @@ def _fedavg_job(dest: Path, **params: Any) -> Path:
 
 
 def _first_line_job(dest: Path) -> Path:
+    return one_script_job(dest, "first-line", FIRST_LINE)
+
+
+def one_script_job(dest: Path, name: str, script: str) -> Path:
+    """A job folder of one client role at site-a running `script` (the benches' probes)."""
     (dest / "app").mkdir(parents=True, exist_ok=True)
-    (dest / "app" / "main.py").write_text(FIRST_LINE)
-    spec = {"name": "first-line", "code": "./app",
+    (dest / "app" / "main.py").write_text(script)
+    spec = {"name": name, "code": "./app",
             "roles": {"client": {"entrypoint": "python main.py", "sites": ["site-a"],
                                  "resources": {"cpus": 1, "memory": "256Mi"}}}}
     (dest / "job.yaml").write_text(yaml.safe_dump(spec))

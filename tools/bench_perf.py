@@ -227,27 +227,15 @@ def idle_memory(up_pid: int, dir_: Path) -> dict[str, Any]:
 # -- the first job ------------------------------------------------------------------------
 
 def _job_dir(dest: Path, **params: Any) -> Path:
-    import shutil
+    from bench_fedavg import _fedavg_job
 
-    import yaml
-
-    shutil.copytree(EXAMPLE / "app", dest / "app", dirs_exist_ok=True)
-    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    spec["params"].update(params)
-    (dest / "job.yaml").write_text(yaml.safe_dump(spec))
-    return dest / "job.yaml"
+    return _fedavg_job(dest, **params)
 
 
 def _probe_dir(dest: Path) -> Path:
-    import yaml
+    from bench_fedavg import one_script_job
 
-    (dest / "app").mkdir(parents=True, exist_ok=True)
-    (dest / "app" / "main.py").write_text(PROBE)
-    spec = {"name": "probe", "code": "./app",
-            "roles": {"client": {"entrypoint": "python main.py", "sites": ["site-a"],
-                                 "resources": {"cpus": 1, "memory": "256Mi"}}}}
-    (dest / "job.yaml").write_text(yaml.safe_dump(spec))
-    return dest / "job.yaml"
+    return one_script_job(dest, "probe", PROBE)
 
 
 async def _timed_job(client: Any, spec: Path) -> tuple[str, float, float, Any]:
