@@ -4,7 +4,6 @@ sites each run by one `cairn run agent launcher` process. For demos, development
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -18,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from cairn import subjects
-from cairn.errors import Timeout, Unavailable
 from cairn.runtime import context, phases, secure
 from cairn.runtime.dirlock import DirLock, Started, started
 from cairn.runtime.forked import (
@@ -27,7 +24,6 @@ from cairn.runtime.forked import (
     ForkedProcess,
     fork_authority,
     fork_service,
-    fork_zygote,
     preload,
 )
 from cairn.runtime.natsserver import NatsServer, free_port
@@ -264,49 +260,16 @@ class EmbeddedFederation:
         self.record()
 
     def _spawn_grouped(self) -> None:
-        """Parents that serve `sites_per_process` sites each, every site as its own identity."""
-        from cairn.runtime.sites import parent_plans, write_plan
+        """Parents that serve `sites_per_process` sites each (`cairn.runtime._parents`)."""
+        from cairn.runtime._parents import spawn_grouped
 
-        assert self.nats is not None
-        (self.dir / "plans").mkdir(exist_ok=True)
-        plans = parent_plans(self.sites[1:], self.sites_per_process, self.site_config,
-                             services=self.site_services, nats_url=self.nats.url,
-                             trust=self.trust, heartbeat_s=self.heartbeat_s,
-                             options=self.site_options)
-        for index, plan in enumerate(plans, 1):
-            name = f"sites-{index}"
-            path = write_plan(self.dir / "plans" / f"{name}.json", plan)
-            log = self.dir / "logs" / f"{name}.log"
-            with open(log, "ab") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "cairn.runtime.sites", str(path)], stdout=out,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(),
-                    start_new_session=True)
-            group = tuple(s.site for s in plan.sites)
-            self.processes.append(Process(name, group[0], self.site_services, proc, log,
-                                          more_sites=group[1:]))
+        spawn_grouped(self)
 
     def _fork_zygotes(self) -> None:
-        """A warm interpreter for each site's process launcher, forked now (it shares this
-        process's imports page for page) and handed to its parent (`ZYGOTE_FD_ENV`)."""
-        from cairn.launcher.backends._warm import enabled_by_env, zygote_env
-        from cairn.launcher.backends._zygote import forkable
+        """A warm interpreter per process launcher, forked now (`cairn.runtime._parents`)."""
+        from cairn.runtime._parents import fork_zygotes
 
-        if not enabled_by_env() or not forkable() or self.sites_per_process > 1:
-            # Each launcher starts its own, as a spawned parent's does (grouped sites share
-            # one per process: `shared_zygote`).
-            return
-        logs = self.dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        for site in self.sites:
-            if self.backends.get(site, "process") != "process":
-                continue
-            env = zygote_env(sys.executable, str((self.site_dir(site) / "work").resolve()))
-            name = "coordinator" if site == self.hub else f"site-{site}"
-            proc, sock = fork_zygote(env, logs / f"{name}.log",
-                                     close=list(self._zygotes.values()))
-            self._zygotes[site] = sock
-            self.zygotes[site] = proc
+        fork_zygotes(self)
 
     def _api_options(self) -> list[str]:
         """`-O` options of the hub's HTTP API: its port, and HTTPS with the server's own
@@ -413,45 +376,9 @@ class EmbeddedFederation:
                            progress: Callable[[int, int], None] | None = None) -> float:
         """Ping every service's health subject until all say ready; returns seconds taken.
         `progress(ready, total)` is called whenever more have answered."""
-        from cairn.bus import Bus
-        from cairn.runtime.health import is_ready
+        from cairn.runtime.health import wait_healthy
 
-        assert self.nats is not None
-        t0 = time.monotonic()
-        auth = self.client_options()
-        bus = await Bus.connect(self.nats.url, name="cairn-up", retry_for=timeout,
-                                creds=auth.get("creds"), tls=context.tls_context(
-                                    auth.get("tls_ca"), None, None))
-        try:
-            async def ready(svc: str, site: str) -> bool:
-                try:
-                    reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
-                except Exception:
-                    return False
-                return is_ready(reply)
-
-            pending = set(self.expected())
-            total, told = len(pending), -1
-            while pending:
-                if progress is not None and total - len(pending) != told:
-                    told = total - len(pending)
-                    progress(told, total)
-                for proc in self.processes:
-                    if proc.proc.poll() is not None:
-                        raise Unavailable(f"{proc.name} exited with {proc.proc.returncode}; "
-                                          f"see {proc.log}")
-                # All at once: a simulated federation has hundreds of services to ask.
-                asked = sorted(pending)
-                answers = await asyncio.gather(*(ready(svc, site) for svc, site in asked))
-                pending.difference_update(k for k, ok in zip(asked, answers, strict=True) if ok)
-                if pending and time.monotonic() - t0 > timeout:
-                    raise Timeout(f"not healthy after {timeout:g}s: "
-                                  + ", ".join(f"{s}@{t}" for s, t in sorted(pending)))
-                if pending:
-                    await asyncio.sleep(0.02)
-        finally:
-            await bus.close()
-        return time.monotonic() - t0
+        return await wait_healthy(self, timeout, progress)
 
     def client_options(self, actor: str = DEFAULT_ADMIN) -> dict[str, str]:
         """`creds` and `tls_ca` of a context for `actor` (its own kit, else the project

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from cairn import subjects
 from cairn.bus import Bus
-from cairn.errors import CairnError
+from cairn.errors import CairnError, Timeout, Unavailable
 from cairn.events.decoding import decode_with
+from cairn.runtime import context
 from cairn.runtime.service import ServiceConfig, parse_args
+
+if TYPE_CHECKING:
+    from cairn.runtime.embedded import EmbeddedFederation
 
 TIMEOUT_S = 3.0
 _ANY_JSON = msgspec.json.Decoder()
@@ -50,6 +56,49 @@ def is_ready(reply: bytes) -> bool:
     except msgspec.DecodeError:
         return False
     return isinstance(status, dict) and status.get("ready") is True
+
+
+
+async def wait_healthy(fed: EmbeddedFederation, timeout: float = 30.0,
+                   progress: Callable[[int, int], None] | None = None) -> float:
+    """Ping every service's health subject until all say ready; returns seconds taken.
+    `progress(ready, total)` is called whenever more have answered."""
+    assert fed.nats is not None
+    t0 = time.monotonic()
+    auth = fed.client_options()
+    bus = await Bus.connect(fed.nats.url, name="cairn-up", retry_for=timeout,
+                            creds=auth.get("creds"), tls=context.tls_context(
+                                auth.get("tls_ca"), None, None))
+    try:
+        async def ready(svc: str, site: str) -> bool:
+            try:
+                reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
+            except Exception:
+                return False
+            return is_ready(reply)
+
+        pending = set(fed.expected())
+        total, told = len(pending), -1
+        while pending:
+            if progress is not None and total - len(pending) != told:
+                told = total - len(pending)
+                progress(told, total)
+            for proc in fed.processes:
+                if proc.proc.poll() is not None:
+                    raise Unavailable(f"{proc.name} exited with {proc.proc.returncode}; "
+                                      f"see {proc.log}")
+            # All at once: a simulated federation has hundreds of services to ask.
+            asked = sorted(pending)
+            answers = await asyncio.gather(*(ready(svc, site) for svc, site in asked))
+            pending.difference_update(k for k, ok in zip(asked, answers, strict=True) if ok)
+            if pending and time.monotonic() - t0 > timeout:
+                raise Timeout(f"not healthy after {timeout:g}s: "
+                              + ", ".join(f"{s}@{t}" for s, t in sorted(pending)))
+            if pending:
+                await asyncio.sleep(0.02)
+    finally:
+        await bus.close()
+    return time.monotonic() - t0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
