@@ -154,10 +154,9 @@ def preload(services: Sequence[str], *, authority: bool = False, zygote: bool = 
         importlib.import_module("cairn.authority.service")
         importlib.import_module("cairn.authority.__main__")
     if zygote:
-        from cairn.launcher.backends import _zygote
+        from cairn.launcher.backends._zygote import preload_workers
 
-        for name in _zygote.PRELOAD:
-            importlib.import_module(name)
+        preload_workers()
     # What is imported now lives as long as every child: out of the collector's sight, a
     # collection in a child does not touch (and so copy) the pages they share.
     gc.freeze()

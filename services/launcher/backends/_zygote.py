@@ -395,10 +395,18 @@ def fresh_path(path: list[str]) -> list[str]:
     return list(path)
 
 
+def preload_workers() -> None:
+    """What a warm interpreter imports before its first worker. The rounds need numpy (the
+    `demo` extra), which an install of Cairn alone lacks: a zygote without it is still a
+    zygote, and a worker that needs it fails as it would cold."""
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
 def _serve(sock: socket.socket) -> dict[str, Any] | None:
     """Preload, say ready, serve; the launch request in a forked worker, else None."""
-    for name in PRELOAD:
-        importlib.import_module(name)
+    preload_workers()
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         for name in TRACING_PRELOAD:
             with contextlib.suppress(ImportError):  # a worker would fail the same way
