@@ -4,10 +4,14 @@ signed afresh, and a write is never sent twice (it may have been applied)."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from cairn import api
 from cairn.bus import Bus
 from cairn.client import Client
-from cairn.errors import Timeout
+from cairn.errors import Timeout, Unavailable
 from cairn.runtime.natsserver import NatsServer
 from cairn.state.study import StudyState
 
@@ -70,3 +74,32 @@ async def test_a_write_whose_reply_was_lost_is_not_sent_again(nats_server: NatsS
     finally:
         await client.close()
         await responder.close()
+
+
+async def test_a_read_waits_a_moment_for_a_service_that_reconnects(
+        nats_server: NatsServer) -> None:
+    """Nothing answers for a moment (a service reconnecting after its session was renewed):
+    a read asks until it does; a write says at once that nothing answers."""
+    client = Client(await Bus.connect(nats_server.url, name="reader"), study="demo",
+                    request_timeout=2)
+    later = await Bus.connect(nats_server.url, name="late-responder")
+
+    async def answer(msg: object) -> None:
+        await later.nc.publish(msg.reply,  # type: ignore[attr-defined]
+                               api.encode_result(api.StudyResult(study=StudyState(name="demo"))))
+
+    async def come_back() -> None:
+        await asyncio.sleep(0.5)
+        await later.nc.subscribe("cairn.api.study.demo.show", cb=answer)
+        await later.nc.flush()
+
+    try:
+        with pytest.raises(Unavailable):
+            await client.call_study(api.JobCancel(job="j-1"))
+        back = asyncio.ensure_future(come_back())
+        shown = await client.call_study(api.StudyShow())
+        await back
+        assert isinstance(shown, api.StudyResult)
+    finally:
+        await client.close()
+        await later.close()

@@ -38,7 +38,7 @@ from cairn.client.logs import LogChunk, worker_logs
 from cairn.client.payload import check_fits
 from cairn.client.readers import refuse_if_reader
 from cairn.client.timeline import TimelineEntry
-from cairn.errors import InvalidInput, NotFound, Timeout
+from cairn.errors import InvalidInput, NotFound, Timeout, Unavailable
 from cairn.events import StudyAdmin
 from cairn.names import check_name
 from cairn.runtime import context as context_file
@@ -57,6 +57,16 @@ if TYPE_CHECKING:
 R = TypeVar("R", bound=api.Result)
 
 __all__ = ["Client", "DeadLetter", "JobRequest", "LogChunk", "delete_message", "get_message"]
+
+
+REJOIN_S = 3.0
+"""How long a read keeps asking while nothing answers on its subject (a service reconnecting
+after its session was renewed takes well under that); then "nothing answers" is the answer."""
+
+
+def _lost(bus: object) -> bool:
+    lost = getattr(bus, "lost", None)
+    return bool(lost is not None and lost.is_set())
 
 
 class Client:
@@ -132,16 +142,28 @@ class Client:
         """Send one typed request; return the reply's result or raise its typed error."""
         self.may_ask(f"`{api.verb_of(request)}` is a request to the federation's services")
         envelope = api.Envelope(request=request, actor=self.actor, study=study)
-        try:
+        if type(request) not in api.READS:
             data = await self._bus.request(subject, self._payload(envelope),
                                            timeout=self.timeout)
-        except Timeout:
-            if type(request) not in api.READS:
-                raise
-            # Signed afresh (a new nonce): the same bytes again would be a replay.
-            data = await self._bus.request(subject, self._payload(envelope),
-                                           timeout=self.timeout)
-        return api.decode_reply(data, subject=subject)
+            return api.decode_reply(data, subject=subject)
+        # A read may be asked again (signed afresh: the same bytes would be a replay): once
+        # when its reply was lost, and for a moment while nothing answers, as while the
+        # service reconnects after the authority renewed its session.
+        deadline = time.monotonic() + REJOIN_S
+        retried = False
+        while True:
+            try:
+                data = await self._bus.request(subject, self._payload(envelope),
+                                               timeout=self.timeout)
+                return api.decode_reply(data, subject=subject)
+            except Timeout:
+                if retried:
+                    raise
+                retried = True
+            except Unavailable:
+                if time.monotonic() >= deadline or _lost(self._bus):
+                    raise
+                await asyncio.sleep(0.1)
 
     def may_ask(self, what: str) -> None:
         """Refuse, before anything is sent, what a reader's session cannot ask
