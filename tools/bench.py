@@ -51,7 +51,11 @@ SECTIONS = {
     "bundles": "bench_bundles",
     "workflows": "bench_workflows",
     "perf": "bench_perf",
+    "scale_payloads": "bench_scale_payloads",
     "api": "bench_api",
+    "scale_cluster": "bench_scale_cluster",
+    "scale-sites": "bench_scale_sites",
+    "scale_standby": "bench_scale_standby",
 }
 
 

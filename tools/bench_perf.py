@@ -71,7 +71,11 @@ def _stats(values: list[float]) -> dict[str, float] | None:
 
 
 def _env(phases_file: Path | None, context: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    # Without PYTHONDONTWRITEBYTECODE, as a user's shell runs it: their first `cairn up`
+    # writes the bytecode every later start reads (with it, each start compiles every module
+    # it imports that was installed uncompiled, `make install`'s --no-compile).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CAIRN_") and k != "PYTHONDONTWRITEBYTECODE"}
     if phases_file is not None:
         env["CAIRN_PHASES"] = str(phases_file)
     if context is not None:
@@ -81,9 +85,11 @@ def _env(phases_file: Path | None, context: Path | None = None) -> dict[str, str
 
 # -- start ---------------------------------------------------------------------------------
 
-def _first(marks: list[dict[str, Any]], phase: str, site: str | None = None) -> float:
+def _first(marks: list[dict[str, Any]], phase: str, site: str | None = None,
+           services: str | None = None) -> float:
     for m in marks:
-        if m.get("phase") == phase and (site is None or m.get("site") == site):
+        if m.get("phase") == phase and (site is None or m.get("site") == site) and (
+                services is None or m.get("services") == services):
             return float(m["t"])
     return float("nan")
 
@@ -102,12 +108,17 @@ def _breakdown(marks: list[dict[str, Any]], launched: float, ended: float) -> di
     out["exit_after_stop_s"] = ended - previous
     out["from_command_start_s"] = _first(marks, "up.healthy") - launched
     out["command_wall_s"] = ended - launched
-    for site in sorted({str(m["site"]) for m in marks if m.get("phase") == "parent.start"}):
-        start = _first(marks, "parent.start", site)
-        connected = _first(marks, "parent.connected", site)
-        out[f"parent_{site}_connect_s"] = connected - start
-        out[f"parent_{site}_ready_after_connect_s"] = _first(marks, "parent.ready", site) \
-            - connected
+    parents = {(str(m["site"]), str(m.get("services", ""))) for m in marks
+               if m.get("phase") == "parent.start"}
+    for site, services in sorted(parents):
+        # The HTTP API's parent runs at the hub's site too, beside the hub's own.
+        name = "api" if services == "httpapi" else site
+        start = _first(marks, "parent.start", site, services)
+        connected = _first(marks, "parent.connected", site, services)
+        out[f"parent_{name}_connect_s"] = connected - start
+        out[f"parent_{name}_ready_after_connect_s"] = _first(
+            marks, "parent.ready", site, services) - connected
+        out[f"parent_{name}_ready_s"] = _first(marks, "parent.ready", site, services) - launched
     return out
 
 

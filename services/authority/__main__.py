@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="how many nats-servers the federation has, when that is certain (a "
                         "restart then re-learns connections without waiting for more "
                         "answers); default: unknown")
+    p.add_argument("--lease-ttl", type=float,
+                   default=float(os.environ.get("CAIRN_LEASE_TTL_S", "3")),
+                   help="seconds the active authority's lease outlives its last renewal: a "
+                        "standby authority takes over that long after it dies (default 3)")
     p.add_argument("--log-level", default=os.environ.get("CAIRN_LOG_LEVEL", "info"))
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_logging(a.log_level, "text", "authority", "hub")
@@ -37,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fed = load_federation(a.federation) if a.federation else None
         service = AuthorityService(Path(a.kit), a.nats_url or "tls://127.0.0.1:4222", fed,
-                                   session_s=a.session, servers=a.servers)
+                                   session_s=a.session, servers=a.servers,
+                                   lease_ttl_s=a.lease_ttl)
 
         async def run() -> None:
             stop = asyncio.Event()
@@ -50,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CairnError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return 0
+    # Another instance holds the lease now: exit so the supervisor starts this one again,
+    # as a standby.
+    return 7 if service.lost_lease else 0
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ class Records:
         try:
             self._kv = await js.key_value(BUCKET)
         except Exception:
-            self._kv = await js.create_key_value(bucket=BUCKET, history=1)
+            self._kv = await js.create_key_value(bucket=BUCKET, history=1,
+                                                replicas=self._bus.replicas)
 
     async def put(self, conn: Connection) -> None:
         await self._kv.put(key_of(conn.server_id, conn.client_id),

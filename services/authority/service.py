@@ -29,7 +29,8 @@ import msgspec
 
 from cairn import subjects
 from cairn.authority.connections import Records, live_connections
-from cairn.bus import Bus, decode_event, kv, objects, replay
+from cairn.bus import Bus, Lease, decode_event, kv, objects, replay
+from cairn.bus._lease import DEFAULT_TTL_S
 from cairn.errors import CairnError
 from cairn.events import (
     STUDY_DECODER,
@@ -74,7 +75,8 @@ class AuthorityService:
     """Answers auth callouts and keeps admitted connections within their rights."""
 
     def __init__(self, kit: Path, nats_url: str, federation: Federation | None,
-                 session_s: float = SESSION_S, servers: int | None = None) -> None:
+                 session_s: float = SESSION_S, servers: int | None = None,
+                 lease_ttl_s: float = DEFAULT_TTL_S) -> None:
         self.kit = kit
         self.servers = servers
         """How many nats-servers there are, when known for certain (see `live_connections`)."""
@@ -95,10 +97,27 @@ class AuthorityService:
         self._sys: Bus | None = None
         self._auth: Bus | None = None
         self._sweep = asyncio.Event()
+        self._roots_mtime = _mtime(kit / "roots.txt")
+        self.lease_ttl_s = lease_ttl_s
+        self.lease: Lease | None = None
+        self.lost_lease = False
+        """Set when this instance lost its lease to another: it stops, to be started again
+        as a standby."""
 
     async def run(self, stop: asyncio.Event) -> None:
         phases.mark("authority.start")
         self._reader = await self._connect("reader")
+        # Once per federation: a standby waits here until the active one's lease is gone,
+        # then rebuilds everything below from the bus and the kit, as a restart does.
+        self.lease = Lease(self._reader, "authority", ttl_s=self.lease_ttl_s)
+        if not await self.lease.try_acquire():
+            log.info("authority: standby, behind the active authority's lease")
+            if not await self.lease.acquire(stop):
+                await self._reader.close()
+                return
+            log.info("authority: taking over (term %d)", self.lease.term)
+        # Kept from now on: what follows may take longer than the lease lasts.
+        keeper = asyncio.create_task(self._keep_lease(stop))
         self._sys = await self._connect("sys")
         phases.mark("authority.connected")
         self._load_revocations()
@@ -119,7 +138,7 @@ class AuthorityService:
         (self.kit / "ready").write_text(f"{time.time()}\n")
         log.info("authority ready: %d studies, roots %s", len(self.studies),
                  ", ".join(sorted(self.authorizer.roots)))
-        tasks = [asyncio.create_task(self._poll_revocations(stop)),
+        tasks = [keeper, asyncio.create_task(self._poll_revocations(stop)),
                  asyncio.create_task(self._sweeper(stop)),
                  asyncio.create_task(self._renewals(stop))]
         try:
@@ -128,7 +147,10 @@ class AuthorityService:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            (self.kit / "ready").unlink(missing_ok=True)
+            if not self.lost_lease:  # the ready file is the active authority's
+                (self.kit / "ready").unlink(missing_ok=True)
+                if self.lease is not None:
+                    await self.lease.release()
             for bus in (self._auth, self._sys, self._reader):
                 if bus is not None:
                     await bus.close()
@@ -258,7 +280,18 @@ class AuthorityService:
 
     # -- the callout ----------------------------------------------------------------------
 
+    async def _keep_lease(self, stop: asyncio.Event) -> None:
+        assert self.lease is not None
+        await self.lease.keep()
+        if not stop.is_set():
+            self.lost_lease = True
+            stop.set()
+
     async def _on_auth_request(self, msg: Any) -> None:
+        if self.lease is None or not self.lease.valid():
+            # Not (or no longer) the active authority: no answer, so no decision of a
+            # thawed instance ever reaches the server; the active one answers.
+            return
         try:
             decision = self.authorizer.decide(msg.data.decode(errors="replace"))
         except Exception:  # a bug must refuse one connection, never stop the authority
@@ -340,6 +373,8 @@ class AuthorityService:
 
     async def _kick_cid(self, server_id: str, client_id: int, why: str) -> None:
         assert self._sys is not None
+        if self.lease is None or not self.lease.valid():
+            return  # a thawed instance's view is old: the active authority decides
         subject = sys_kick(server_id)
         try:
             await self._sys.request(subject, json.dumps({"cid": client_id}).encode(),
@@ -379,11 +414,39 @@ class AuthorityService:
         self.authorizer.revoked_jtis |= set(data.get("jtis", []))
         return True
 
+    def _load_roots(self) -> bool:
+        """Read the trust list (roots.txt) again when it changed: a root added is trusted,
+        a root removed is not, without a restart. A file that does not read keeps the
+        previous roots (and says why)."""
+        path = self.kit / "roots.txt"
+        mtime = _mtime(path)
+        if mtime == self._roots_mtime:
+            return False
+        self._roots_mtime = mtime
+        try:
+            roots = read_roots_file(path)
+        except CairnError as exc:
+            log.error("cannot read the trust list (%s); keeping the previous roots", exc)
+            return False
+        if roots == self.authorizer.roots:
+            return False
+        log.info("trust list reloaded: roots %s", ", ".join(sorted(roots)))
+        self.authorizer.roots = roots
+        return True
+
     async def _poll_revocations(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await asyncio.sleep(REVOCATION_POLL_S)
-            if self._load_revocations():
+            changed = self._load_revocations()
+            if self._load_roots() or changed:
                 self._sweep.set()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _seed(path: Path) -> str:

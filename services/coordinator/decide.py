@@ -78,11 +78,28 @@ def _base(job: JobState, what: str, ctx: Context, actor: str | None = None) -> E
                     study=job.study, actor=actor, cause=job.spec.id)
 
 
+_MEMBER_SETS: dict[int, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def member_set(sites: tuple[str, ...]) -> frozenset[str]:
+    """A study's sites as a set, made once per sites tuple (a study of 10,000 sites is
+    otherwise scanned for each site a job names)."""
+    hit = _MEMBER_SETS.get(id(sites))
+    if hit is not None and hit[0] is sites:
+        return hit[1]
+    if len(_MEMBER_SETS) > 64:
+        _MEMBER_SETS.clear()
+    found = frozenset(sites)
+    _MEMBER_SETS[id(sites)] = (sites, found)
+    return found
+
+
 def role_candidates(role: RoleRequest, study: StudyState, hub: str) -> list[str]:
     if role.placement == "hub":
         return [hub]
     if role.sites:
-        return [s for s in role.sites if s in study.sites]
+        members = member_set(study.sites)
+        return [s for s in role.sites if s in members]
     return [s for s in study.sites if s != hub]
 
 
@@ -101,7 +118,8 @@ def _why_not(site: SiteStatus | None, want: Resources, free: Resources) -> str:
 def schedule(job: JobState, study: StudyState, ctx: Context
              ) -> tuple[list[Deployment] | None, dict[str, str]]:
     """Place every role, or say per site why it cannot be placed yet."""
-    free = {name: s.free for name, s in ctx.sites.items()}
+    # Only the candidates' capacity is looked at (ctx.sites may be thousands, judged lazily).
+    free: dict[str, Resources] = {}
     deployments: list[Deployment] = []
     reasons: dict[str, str] = {}
     for role in job.spec.roles:
@@ -113,7 +131,7 @@ def schedule(job: JobState, study: StudyState, ctx: Context
                 reasons[site] = f"{role.name}: {why}"
                 continue
             status = ctx.sites.get(site)
-            avail = free.get(site, Resources.zero())
+            avail = free.get(site, status.free if status is not None else Resources.zero())
             want = role.resources.times(role.nodes)
             if status is not None and status.online and want.fits_in(avail):
                 free[site] = avail - want

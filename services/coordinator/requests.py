@@ -203,7 +203,7 @@ class Requests:
         event = StudyCreated(**event_envelope(self.source, study=name, actor=actor), name=name,
                              sites=sites, admins=admins, description=req.description)
         await svc.open_study(name)
-        await svc.bus.publish(event)
+        await svc.publish(event)
         created = study_state.apply(None, event)
         assert created is not None
         return created
@@ -234,7 +234,7 @@ class Requests:
         fields = {name: getattr(spec, name) for name in spec.__struct_fields__}
         event = JobSubmitted(**event_envelope(self.source, study=study.name, actor=actor),
                              job=job_id, **fields)
-        seq = await self.svc.bus.publish(event)
+        seq = await self.svc.publish(event)
         await self.svc.wait_applied(study.name, seq)
         return job_id
 
@@ -247,7 +247,7 @@ class Requests:
             raise PermissionDenied(f"{actor} ({role}) may not cancel {job.job}")
         if job.terminal:
             return api.CancelAccepted(job=job.job, state=job.state)
-        seq = await self.svc.bus.publish(JobCancelRequested(
+        seq = await self.svc.publish(JobCancelRequested(
             **event_envelope(self.source, id=f"{job.job}.cancel-requested", study=study_name,
                        actor=actor), job=job.job))
         await self.svc.wait_applied(study_name, seq)
@@ -270,7 +270,7 @@ class Requests:
         return event_envelope(self.source, study=study.name, actor=actor)
 
     async def _change(self, study: StudyState, event: Event) -> api.StudyResult:
-        seq = await self.svc.bus.publish(event)
+        seq = await self.svc.publish(event)
         await self.svc.wait_applied(study.name, seq)
         changed = study_state.apply(study, event)
         assert changed is not None

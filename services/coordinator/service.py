@@ -16,14 +16,18 @@ import msgspec
 
 from cairn import api, subjects, telemetry
 from cairn.bus import Bus, Delivery, decode_event, kv, replay, skipper
-from cairn.coordinator.decide import Context, SiteStatus, decide_job, site_status
+from cairn.coordinator.decide import Context, decide_job
 from cairn.coordinator.eligibility import EvidenceBoard
+from cairn.coordinator.live import LiveStudy
 from cairn.coordinator.requests import Requests
+from cairn.coordinator.retention import PayloadRetention, grace_option
+from cairn.coordinator.sites import SiteBoard
 from cairn.errors import CairnError
 from cairn.events import (
     FEDERATION_DECODER,
     HEARTBEAT_DECODER,
     STUDY_DECODER,
+    Event,
     FederationSeeded,
     FederationSite,
     FederationSiteAdded,
@@ -37,7 +41,6 @@ from cairn.events import (
 from cairn.names import is_name
 from cairn.runtime.service import Runtime, ServiceConfig
 from cairn.spec.runtime import VALIDATION_STUDY
-from cairn.state import view as study_view
 from cairn.state.study import StudyState
 from cairn.state.view import StudyView
 
@@ -57,16 +60,23 @@ class CoordinatorService:
         self.hub = "hub"
         self.fed_sites: dict[str, str] = {}
         self.admins: dict[str, StudyAdmin] = {}
-        self.views: dict[str, StudyView] = {}
+        self.studies: dict[str, LiveStudy] = {}
         self.applied: dict[str, int] = {}
         self.heartbeats: dict[str, tuple[Heartbeat, datetime]] = {}
         # Each live job's trace (the headers its submit came with): decisions made later,
         # on a tick or on another event, continue it, so a job is one trace.
         self.job_traces: dict[str, telemetry.TraceHeaders] = {}
+        # Per live job, the ids of the decisions published (acknowledged) but maybe not yet
+        # folded back: while the consumer lags, every tick and every event would make the
+        # same decisions again and publish them again (the server drops the duplicates, but
+        # each costs a round trip, and the lag grows with the load). Forgotten when the job
+        # ends; empty after a restart, when deciding again is right.
+        self.published: dict[str, set[str]] = {}
         self._lock = asyncio.Lock()
         self._applied = asyncio.Condition()
         self.started_at = datetime.now(UTC)
         self.evidence = EvidenceBoard(opts, verifier="coordinator")
+        self.retention = PayloadRetention(grace_option(opts.get("payload_grace_s")))
         self._ready = False
         self.rt: Runtime | None = None
 
@@ -75,8 +85,23 @@ class CoordinatorService:
         assert self.rt is not None
         return self.rt.bus
 
+    @property
+    def views(self) -> dict[str, StudyView]:
+        """Each study's view as it stands (what the pure fold of its stream gives)."""
+        return {name: live.view for name, live in self.studies.items()}
+
     def ready(self) -> bool:
         return self._ready
+
+    async def publish(self, event: Event) -> int:
+        """Publish one of the coordinator's events, fenced by its lease: the event carries
+        the lease's term, and nothing is published once the lease is not valid.
+
+        Raises:
+            LeaseLost: this instance is not (or no longer) the active coordinator.
+        """
+        assert self.rt is not None
+        return await self.bus.publish(event, headers=self.rt.fence(self.name))
 
     def health(self) -> dict[str, Any]:
         return {"studies": len(self.views),
@@ -103,10 +128,12 @@ class CoordinatorService:
         await rt.serve_api(subjects.api_fed_all(), requests.handle)
         await rt.serve_api(subjects.api_study_all(), requests.handle)
         rt.spawn(self._ticker(), "coordinator-tick")
+        rt.spawn(self.retention.run(self.bus, lambda: self.views), "coordinator-retention")
         self._ready = True
-        log.info("coordinator ready: federation %s, hub %s, %d studies, %d jobs",
-                 self.federation, self.hub, len(self.views),
-                 sum(len(v.jobs) for v in self.views.values()))
+        log.info("coordinator ready: federation %s, hub %s, %d studies, %d jobs; a job's "
+                 "payloads are deleted %gs after it ends", self.federation, self.hub,
+                 len(self.views), sum(len(v.jobs) for v in self.views.values()),
+                 self.retention.grace.total_seconds())
 
     async def _load_federation(self) -> None:
         async for item in replay(self.bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
@@ -135,7 +162,7 @@ class CoordinatorService:
             id=f"federation.{fed.federation}.seeded", at=now(), source=f"coordinator@{fed.hub}",
             federation=fed.federation, hub=fed.hub,
             sites=[FederationSite(name=s.name, org=s.org) for s in fed.sites], admins=admins)
-        await self.bus.publish(seeded)
+        await self.publish(seeded)
         self._apply_federation(seeded)
         by_name = {a.name: a for a in admins}
         studies = {name: (list(m.sites), [by_name[a] for a in m.admins])
@@ -147,27 +174,28 @@ class CoordinatorService:
             await self.open_study(name)
             if self.views[name].study is not None:
                 continue
-            await self.bus.publish(StudyCreated(
+            await self.publish(StudyCreated(
                 id=f"study.{name}.created", at=now(), source=f"coordinator@{self.hub}",
                 study=name, name=name, sites=sites, admins=members))
         log.info("seeded federation %s from %s", fed.federation, self.config.federation)
 
     async def open_study(self, study: str) -> None:
         """Fold a study's stream and follow it (idempotent)."""
-        if study in self.views or not is_name(study):
+        if study in self.studies or not is_name(study):
             return
         assert self.rt is not None
         await self.bus.ensure_study(study)
         stream = subjects.study_stream(study).name
-        view = StudyView()
+        live = LiveStudy()
         last = 0
         async for item in replay(self.bus, stream, STUDY_DECODER):
             last = item.seq
             if item.event is not None:
-                view = study_view.apply(view, item.event)
-                self._keep_trace(item.event, item.headers, view)
-        self.views[study] = view
+                live.apply(item.event)
+                self._keep_trace(item.event, item.headers, live.view)
+        self.studies[study] = live
         self.applied[stream] = last
+        view = live.view
         await self.rt.consume(stream=stream, durable="coordinator",
                               filters=[subjects.study_all(study)], decoder=STUDY_DECODER,
                               handler=self._on_study_event)
@@ -179,17 +207,21 @@ class CoordinatorService:
 
     async def _on_study_event(self, event: Any, d: Delivery) -> None:
         study = event.study
-        if not study or study not in self.views:
+        live = self.studies.get(study) if study else None
+        if live is None:
             return
         if d.stream_seq <= self.applied.get(d.stream, 0):
             return  # folded already at start
-        self.views[study] = study_view.apply(self.views[study], event)
-        self._keep_trace(event, d.headers, self.views[study])
+        live.apply(event)
+        self._keep_trace(event, d.headers, live.view)
         self.applied[d.stream] = d.stream_seq
         async with self._applied:
             self._applied.notify_all()
         job = getattr(event, "job", None)
         if isinstance(job, str):
+            state = self.views[study].jobs.get(job)
+            if state is not None and state.terminal:
+                self.retention.job_ended(study, job, state.ended_at)
             async with self._lock:
                 await self._decide(study, job)
 
@@ -227,11 +259,8 @@ class CoordinatorService:
 
     def context(self) -> Context:
         t = datetime.now(UTC)
-        sites: dict[str, SiteStatus] = {}
-        for name in set(self.fed_sites) | set(self.heartbeats):
-            hb, seen = self.heartbeats.get(name, (None, None))
-            sites[name] = site_status(hb, seen, t, stale_s=self.stale_s, lost_s=self.lost_s,
-                                      name=name, since=self.started_at)
+        sites = SiteBoard(self.fed_sites, self.heartbeats, t, stale_s=self.stale_s,
+                          lost_s=self.lost_s, since=self.started_at)
         return Context(now=t, hub=self.hub, sites=sites, evidence=self.evidence.view())
 
     def _keep_trace(self, event: object, headers: dict[str, str] | None,
@@ -243,9 +272,13 @@ class CoordinatorService:
             job = view.jobs.get(job_id)
             if job is not None and job.terminal:
                 del self.job_traces[job_id]
+        if isinstance(job_id, str) and job_id in self.published:
+            ended = view.jobs.get(job_id)
+            if ended is not None and ended.terminal:
+                del self.published[job_id]
 
     async def _decide(self, study: str, job_id: str, ctx: Context | None = None) -> None:
-        view = self.views[study]
+        view = self.studies[study].view
         job = view.jobs.get(job_id)
         if job is None or job.terminal:
             return
@@ -253,7 +286,9 @@ class CoordinatorService:
             # A gated dispatch judges the freshest evidence and snapshots (eligibility.py).
             await self.evidence.catch_up(sorted(self.fed_sites), job.spec.requires.recipe)
             ctx = self.context()
-        decided = decide_job(job, view.study, ctx or self.context())
+        sent = self.published.setdefault(job_id, set())
+        decided = [e for e in decide_job(job, view.study, ctx or self.context())
+                   if e.id not in sent]
         if not decided:
             return
         with telemetry.continued(self.job_traces.get(job_id), "coordinator decide",
@@ -261,20 +296,21 @@ class CoordinatorService:
                                     "cairn.decision": ",".join(tag_of(e) for e in decided)}):
             for event in decided:
                 try:
-                    await self.bus.publish(event)
+                    await self.publish(event)
                 except CairnError as exc:
                     log.warning("could not publish %s: %s", event.id, exc)
                     return
+                sent.add(event.id)
 
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
             ctx = self.context()
             async with self._lock:
-                for study, view in list(self.views.items()):
-                    for job in list(view.jobs.values()):
-                        if not job.terminal:
-                            await self._decide(study, job.job, ctx)
+                # The jobs not ended only: the study's whole history grows without bound.
+                for study, live in list(self.studies.items()):
+                    for job_id in sorted(live.live):
+                        await self._decide(study, job_id, ctx)
 
     # -- requests -----------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ OpenAPI 3.1 document (`schemas/openapi.json` is this document, exported)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Litestar, Request, Response
@@ -14,6 +15,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from cairn.errors import CairnError
+from cairn.httpapi.clientcert import client_cert_of
 from cairn.httpapi.context import ApiContext
 from cairn.httpapi.models import ApiError
 from cairn.httpapi.routes import ROUTES
@@ -39,7 +41,7 @@ def _error(status: int, code: str, message: str, field: str | None = None
 def _on_cairn_error(_request: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
     assert isinstance(exc, CairnError)
     status = exc.http_status
-    if status == 403 and exc.field in ("token", "authorization"):
+    if status == 403 and exc.field in ("token", "authorization", "client-certificate"):
         status = 401  # no token, or one that does not check out: authenticate (again)
     return _error(status, exc.code, exc.message, exc.field)
 
@@ -62,18 +64,24 @@ def _on_anything(_request: Request[Any, Any, Any], exc: Exception) -> Response[A
     return _error(500, "error", f"internal error ({type(exc).__name__}); see the API's log")
 
 
-def build_app(ctx: ApiContext) -> Litestar:
+def build_app(ctx: ApiContext | Callable[[], ApiContext]) -> Litestar:
+    """The application over `ctx`, or over what `ctx()` returns when a request comes (the
+    service builds it before it connects, and its context after)."""
+    current = ctx if callable(ctx) else (lambda: ctx)
+
     async def provide_ctx() -> ApiContext:
-        return ctx
+        return current()
 
     from cairn.httpapi.pages import PAGES, STATIC, token_of
+    from cairn.httpapi.submit import SUBMIT_ROUTES
 
     async def provide_caller(request: Request[Any, Any, Any]) -> Caller:
-        # The dashboard's cookie too, so its pages' live views read the event stream.
-        return ctx.caller(token_of(request))
+        # The dashboard's cookie too, so its pages' live views read the event stream; and
+        # the connection's client certificate (mutual TLS) where no token is sent.
+        return current().caller(token_of(request), client_cert_of(request.scope))
 
     return Litestar(
-        route_handlers=[*ROUTES, *PAGES, STATIC],
+        route_handlers=[*ROUTES, *SUBMIT_ROUTES, *PAGES, STATIC],
         dependencies={"ctx": Provide(provide_ctx), "caller": Provide(provide_caller)},
         exception_handlers={CairnError: _on_cairn_error, HTTPException: _on_http_error,
                             Exception: _on_anything},
@@ -90,8 +98,13 @@ def openapi_config() -> OpenAPIConfig:
         description="Reads scoped exactly as the bus scopes the caller's identity; writes "
                     "are the caller's own signed request envelopes, passed on unchanged.",
         path="/openapi", render_plugins=[JsonRenderPlugin()],
-        components=Components(security_schemes={"bearer": SecurityScheme(
-            type="http", scheme="bearer", bearer_format="cairn1",
-            description="`cairn api token`: minted from your own credential, short-lived")}),
-        security=[{"bearer": []}],
+        components=Components(security_schemes={
+            "bearer": SecurityScheme(
+                type="http", scheme="bearer", bearer_format="cairn1",
+                description="`cairn api token`: minted from your own credential, short-lived"),
+            "mutualTLS": SecurityScheme(
+                type="mutualTLS",
+                description="your kit's client certificate (`client.pem`), issued by the "
+                            "federation CA to your Cairn identity")}),
+        security=[{"bearer": []}, {"mutualTLS": []}],
     )

@@ -60,7 +60,9 @@ def _login(message: str, status: int = 401) -> Response[str]:
 
 
 def _caller(ctx: ApiContext, request: Request[Any, Any, Any]) -> Caller:
-    return ctx.caller(token_of(request))
+    from cairn.httpapi.clientcert import client_cert_of
+
+    return ctx.caller(token_of(request), client_cert_of(request.scope))
 
 
 def _render(ctx: ApiContext, request: Request[Any, Any, Any], build: Any) -> Response[str]:

@@ -217,12 +217,24 @@ async def request_passthrough(ctx: Ctx, caller: Who,
                               study: Name) -> Response[bytes]:
     check_name(study, "study")
     raw = await request.body()
+    envelope = envelope_of(ctx, raw, study, field="body")
+    return await pass_on(ctx, study, envelope, raw)
+
+
+def envelope_of(ctx: ApiContext, raw: bytes, study: str, *, field: str) -> api.Envelope:
+    """The request envelope `raw`, one the API passes on to `study`'s coordinator.
+
+    Raises:
+        InvalidInput: too large, not an envelope, a verb not passed on, another study.
+        PermissionDenied: unsigned, in a secure federation.
+    """
     if len(raw) > MAX_WRITE_BYTES:
-        raise InvalidInput(f"a request is at most {MAX_WRITE_BYTES} bytes", field="body")
+        raise InvalidInput(f"a request is at most {MAX_WRITE_BYTES} bytes", field=field)
     try:
         envelope = msgspec.json.decode(raw, type=api.Envelope)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InvalidInput(f"the body is not a request envelope: {exc}", field="body") from None
+        raise InvalidInput(f"the {field} is not a request envelope: {exc}",
+                           field=field) from None
     verb = api.verb_of(envelope.request)
     if verb not in WRITE_VERBS:
         raise InvalidInput(f"the API passes on {', '.join(sorted(WRITE_VERBS))}, not {verb!r}",
@@ -233,8 +245,14 @@ async def request_passthrough(ctx: Ctx, caller: Who,
     if ctx.secure and not (envelope.signature and envelope.key_id):
         raise PermissionDenied("unsigned request: sign it with your credential (as `cairn` "
                                "does)", field="signature")
-    reply = await ctx.bus.request(subjects.api_study(study, verb), raw,
-                                  timeout=ctx.request_timeout_s)
+    return envelope
+
+
+async def pass_on(ctx: ApiContext, study: str, envelope: api.Envelope,
+                  raw: bytes) -> Response[bytes]:
+    """`raw` sent unchanged to the coordinator; its reply, with the error's status."""
+    reply = await ctx.bus.request(subjects.api_study(study, api.verb_of(envelope.request)),
+                                  raw, timeout=ctx.request_timeout_s)
     decoded = msgspec.json.decode(reply, type=api.Reply)
     status = 200 if decoded.ok else _status_of(decoded.error)
     return Response(content=reply, status_code=status, media_type="application/json")

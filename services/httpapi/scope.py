@@ -16,21 +16,14 @@ from dataclasses import dataclass
 from cairn import subjects
 from cairn.errors import NotFound
 from cairn.trust.credentials import Identity, Kind
-from cairn.trust.permissions import Membership, permissions
+from cairn.trust.permissions import Membership, covers, permissions
 
 PROBE_JOB = "j-probe"
 
 
-def matches(pattern: str, subject: str) -> bool:
-    """Whether the NATS `pattern` matches the concrete `subject` (`*` one token, `>` the
-    rest), as the server matches a subscription."""
-    pat, sub = pattern.split("."), subject.split(".")
-    for i, token in enumerate(pat):
-        if token == ">":
-            return len(sub) > i
-        if i >= len(sub) or token not in ("*", sub[i]):
-            return False
-    return len(pat) == len(sub)
+matches = covers
+"""Whether the NATS `pattern` matches `subject` (`*` one token, `>` the rest), as the server
+matches a subscription (`cairn.trust.permissions.covers`)."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +68,9 @@ class Caller:
 def caller_of(identity: Identity, user_key: str,
               membership: Mapping[str, Membership]) -> Caller:
     """The caller `identity` as the broker would see it connect now."""
-    if identity.kind is Kind.WORKER:
-        # A worker's credential is for its job's subjects on the bus, not for the API.
+    if identity.kind in (Kind.WORKER, Kind.API):
+        # A worker's credential is for its job's subjects on the bus, not for the API; the
+        # API's own is what it reads with for everyone, never a caller's.
         return Caller(identity=identity, sub_allow=())
     granted = permissions(identity, user_key, membership)
     return Caller(identity=identity, sub_allow=granted.sub_allow)

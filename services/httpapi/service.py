@@ -1,9 +1,12 @@
 """The HTTP API service: folds the streams it shows, then serves HTTP(S) on `listen`.
 
 Options (`-O key=value`): `listen` (host:port, default 127.0.0.1:8470), `tls_cert` and
-`tls_key` (serve HTTPS; `cairn up` uses its server certificate), `catalog` (the recipe
-catalog), `evidence_trust` (the trust list recipes' evidence is counted against). In a
-secure federation (`--creds`) tokens are checked against the kit's `roots.txt`.
+`tls_key` (serve HTTPS; `cairn up` uses its server certificate), `client_ca` (with HTTPS:
+accept client certificates this CA issued to Cairn identities, mutual TLS), `revoked` (the
+authority's revocation file: a revoked identity's token or certificate is refused),
+`catalog` (the recipe catalog), `evidence_trust` (the trust list recipes' evidence is
+counted against). In a secure federation (`--creds`) tokens are checked against the kit's
+`roots.txt`.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cairn.errors import InvalidInput, Unavailable
+from cairn.httpapi.clientcert import Revocations, protocol_with_peer_cert
 from cairn.httpapi.context import ApiContext
 from cairn.httpapi.federation import FederationFacts
 from cairn.httpapi.feeds import Feeds
@@ -25,6 +30,7 @@ from cairn.trust.nkeyjwt import read_roots_file
 
 if TYPE_CHECKING:
     import uvicorn
+    from litestar import Litestar
 
     from cairn.runtime.service import Runtime, ServiceConfig
 
@@ -53,23 +59,50 @@ class HttpApiService:
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
         self._ctx: ApiContext | None = None
+        self._app: Litestar | None = None
+        self._recipes: RecipeCatalog | None = None
+        self._protocol: type[asyncio.Protocol] | Literal["auto"] = "auto"
         self.url = ""
+
+    def prepare(self) -> None:
+        """What the start needs that needs no bus, done before the runner connects: the
+        Litestar application (its import and build are most of this service's start), the
+        recipe catalog and uvicorn.
+
+        Raises:
+            InvalidInput: a malformed recipe catalog or trust list.
+        """
+        if self._app is not None:
+            return
+        import uvicorn  # noqa: F401 - imported now, not in start
+
+        from cairn.httpapi.app import build_app
+
+        opts = self.config.options
+        self._recipes = RecipeCatalog.load(opts.get("catalog"), opts.get("evidence_trust"))
+        self._protocol = _http_protocol(opts.get("client_ca"))
+        self._app = build_app(self._context)
+
+    def _context(self) -> ApiContext:
+        assert self._ctx is not None, "a request before the API started"
+        return self._ctx
 
     async def start(self, runtime: Runtime) -> None:
         import uvicorn
 
-        from cairn.httpapi.app import build_app
-
+        self.prepare()
         opts = self.config.options
         roots = (read_roots_file(Path(self.config.creds).parent / "roots.txt")
                  if self.config.creds else None)
         feeds = Feeds(runtime.bus)
         facts = FederationFacts(runtime.bus)
-        recipes = RecipeCatalog.load(opts.get("catalog"), opts.get("evidence_trust"))
+        assert self._recipes is not None and self._app is not None
         await feeds.start()
         await facts.start()
-        self._ctx = ApiContext(bus=runtime.bus, feeds=feeds, facts=facts, recipes=recipes,
-                               roots=roots)
+        revoked = opts.get("revoked")
+        self._ctx = ApiContext(bus=runtime.bus, feeds=feeds, facts=facts, recipes=self._recipes,
+                               roots=roots,
+                               revocations=Revocations(Path(revoked) if revoked else None))
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
         # and without it every keep-alive answer waits ~40 ms (Nagle and delayed ACKs).
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET,
@@ -84,17 +117,25 @@ class HttpApiService:
                               f"{exc.strerror or exc} (-O listen=HOST:PORT)",
                               field="listen") from None
         cert, key = opts.get("tls_cert"), opts.get("tls_key")
-        config = uvicorn.Config(build_app(self._ctx), log_level="warning", lifespan="off",
+        client_ca = opts.get("client_ca")
+        if client_ca and not cert:
+            sock.close()
+            raise InvalidInput("client_ca (mutual TLS) needs HTTPS: give tls_cert and tls_key",
+                               field="client_ca")
+        config = uvicorn.Config(self._app, log_level="warning", lifespan="off",
                                 access_log=False, ssl_certfile=cert, ssl_keyfile=key,
-                                timeout_graceful_shutdown=2)
+                                timeout_graceful_shutdown=2, ssl_ca_certs=client_ca,
+                                ssl_cert_reqs=ssl.CERT_OPTIONAL if client_ca else ssl.CERT_NONE,
+                                http=self._protocol)
         self._server = _QuietServer(config)
         self._serving = asyncio.create_task(self._server.serve(sockets=[sock]),
                                             name="httpapi")
         port = sock.getsockname()[1]
         self.url = f"{'https' if cert else 'http'}://{self.host}:{port}"
-        log.info("HTTP API at %s (%s)", self.url,
+        log.info("HTTP API at %s (%s%s)", self.url,
                  "tokens checked against the federation's roots" if roots else
-                 "INSECURE: no tokens, every caller reads everything")
+                 "INSECURE: no tokens, every caller reads everything",
+                 ", client certificates of its CA accepted" if client_ca else "")
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -111,6 +152,17 @@ class HttpApiService:
 
     def health(self) -> dict[str, object]:
         return {"url": self.url}
+
+
+def _http_protocol(client_ca: str | None) -> type[asyncio.Protocol] | Literal["auto"]:
+    """uvicorn's HTTP protocol; with mutual TLS, one that hands the application the client
+    certificate the handshake verified (`clientcert`). The certificate is optional: a
+    token still works."""
+    if not client_ca:
+        return "auto"
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return protocol_with_peer_cert(AutoHTTPProtocol)
 
 
 class _QuietServer:

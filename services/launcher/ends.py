@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from cairn import subjects
 from cairn.bus import Delivery
 from cairn.errors import CairnError, Unavailable
-from cairn.events import LaunchRequested, WorkerExited, WorkerRunning, encode, now
+from cairn.events import LaunchRequested, WorkerExited, encode, now
+from cairn.launcher import orphans
 from cairn.launcher.backends.base import WorkerExit
 from cairn.launcher.records import kv_key
 from cairn.launcher.unreportable import dead_letter
@@ -43,10 +44,7 @@ class WorkerEnds:
                     launch, f"study {record.study!r} is not one of site {self.svc.site}'s studies")
                 continue
             if record.handle is None:
-                # Crashed between writing the record and starting the worker.
-                await self.report_or_later(launch, WorkerExit(
-                    launch_id=record.launch_id, exit_code=None, cause="infrastructure",
-                    message="the launcher stopped while starting this worker", ended_at=now()))
+                await self._unrecorded(launch)
                 continue
             found = await self.svc.backend.reattach(record.handle)
             if isinstance(found, WorkerExit):
@@ -54,12 +52,26 @@ class WorkerEnds:
                 await self.report_or_later(launch, found)
             else:
                 log.info("reattached to worker %s", record.launch_id)
-                running = None
-                if launch.state == "launching" and getattr(self.svc.backend, "started", None):
-                    # It was still waiting to start (a pending pod) when the launcher stopped.
-                    running = WorkerRunning(**self.svc.event_base(launch, "running"),
-                                            native_id=found.native_id)
-                self.svc.watch(launch, found, running=running)
+                await orphans.adopt_or_stop(self.svc, launch, found, recorded=True)
+
+    async def _unrecorded(self, launch: LaunchState) -> None:
+        """A launch whose record has no handle: the launcher stopped between writing it and
+        recording what the backend started, which may have been submitted all the same."""
+        assert self.svc.backend is not None
+        found = await orphans.find(self.svc.backend, launch.launch_id)
+        if found is None:
+            await self.report_or_later(launch, WorkerExit(
+                launch_id=launch.launch_id, exit_code=None, cause="infrastructure",
+                message="the launcher stopped while starting this worker", ended_at=now()))
+            return
+        log.warning("found worker %s (%s), which the launcher had not recorded",
+                    launch.launch_id, found.native_id)
+        attached = await self.svc.backend.reattach(found)
+        if isinstance(attached, WorkerExit):
+            await self.svc.remember(launch.launch_id, found)
+            await self.report_or_later(launch, orphans.unrecorded_exit(attached))
+            return
+        await orphans.adopt_or_stop(self.svc, launch, attached, recorded=False)
 
     async def _reportable(self, study: str) -> bool:
         """Whether this site may report in `study`; True while that cannot be told (an

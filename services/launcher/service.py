@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
+import msgspec
+
 from cairn import subjects, telemetry, tracespool
 from cairn.bus import KV, Bus, Delivery, UndecodableRecord, kv
 from cairn.errors import CairnError, InvalidInput
@@ -32,6 +34,7 @@ from cairn.events import (
     stamp,
     worker_ref,
 )
+from cairn.launcher import orphans
 from cairn.launcher.backends.base import (
     Backend,
     LaunchHandle,
@@ -91,6 +94,23 @@ class LauncherService:
         self.ends = WorkerEnds(self)
         self._ready = False
         self.rt: Runtime | None = None
+        self._isolating: asyncio.Future[Any] | None = None
+
+    def prepare(self) -> None:
+        """Begin the part of the start that needs no bus: a process backend's isolation
+        probe (bwrap starting an interpreter, most of a launcher's start), in a thread, so it
+        runs while the parent connects and starts its other services (`start` awaits it)."""
+        if self._isolating is not None or self.site_cfg.backend != "process":
+            return
+        from cairn.launcher.backends.process import isolation_for
+
+        process = self.site_cfg.process
+        self._isolating = asyncio.ensure_future(asyncio.to_thread(
+            isolation_for, self.workdir, sandbox=process.sandbox,
+            worker_uids=process.worker_uids, read_only=process.read_only,
+            protected=self._protected()))
+        # Told by `start`; a parent stopped before it starts must not log it as unretrieved.
+        self._isolating.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     @property
     def bus(self) -> Bus:
@@ -127,6 +147,9 @@ class LauncherService:
             process = self.site_cfg.process  # site.yaml: sandbox and worker uids
             options.update(sandbox=process.sandbox, worker_uids=process.worker_uids,
                            read_only=process.read_only, protected=self._protected())
+            self.prepare()
+            assert self._isolating is not None
+            options["isolation"] = await self._isolating
         if self.site_cfg.backend == "slurm":
             options["cluster"] = self.site_cfg.slurm  # site.yaml: cli or slurmrestd
         if self.site_cfg.backend == "kubernetes":
@@ -241,6 +264,14 @@ class LauncherService:
         await self._kv.put(kv_key(record.launch_id), record)
         return launch
 
+    async def remember(self, launch_id: str, handle: LaunchHandle) -> None:
+        """Keep the handle of a worker found again (its record had none): a cancel reaches it
+        now, and the next start reattaches to it."""
+        record = msgspec.structs.replace(self.records[launch_id], handle=handle)
+        self.records[launch_id] = record
+        assert self._kv is not None
+        await self._kv.put(kv_key(launch_id), record)
+
     def event_base(self, launch: LaunchState, what: str,
                    cause: str | None = None) -> LaunchFactFields:
         """The fields every worker fact of `launch` starts with; its id, `<launch id>.<what>`,
@@ -297,6 +328,7 @@ class LauncherService:
                                      launcher_url=self.config.nats_url,
                                      trusted_code=self._trusted_code(req.study or ""))
             handle = await self.backend.launch(spec)
+            orphans.die_after_submit(self.site, study)
         except CairnError as exc:
             cause = exc.code if isinstance(exc, ImageNotApproved | StudyRefused) else \
                 "launch-failed"

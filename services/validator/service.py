@@ -47,12 +47,25 @@ class ValidatorService:
         self.config = config
         options: dict[str, str] = dict(config.options or {})
         self.actor: str | None = options.get("actor") or None
-        self.catalog: Catalog = load_catalog(options.get("catalog") or None)
+        self._catalog_dir = options.get("catalog") or None
+        self._catalog: Catalog | None = None
         self.locks: dict[str, asyncio.Lock] = {}
         self.runs: dict[str, asyncio.Task[Any]] = {}
         self.done = 0
         self._ready = False
         self.rt: Runtime | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        """The recipe catalog, read at the first run that needs it: parsing every recipe
+        file is most of a validator's start, and most starts run no validation.
+
+        Raises:
+            InvalidInput: a malformed catalog (naming the file), told to that run's caller.
+        """
+        if self._catalog is None:
+            self._catalog = load_catalog(self._catalog_dir)
+        return self._catalog
 
     def ready(self) -> bool:
         return self._ready

@@ -163,6 +163,64 @@ async def test_graceful_stop_leaves_nothing_unacked(bus: Bus) -> None:
     assert sub.processed + info.num_pending == 10
 
 
+async def test_a_stop_ends_the_idle_long_poll_and_leaves_nothing_unacked(bus: Bus) -> None:
+    """A stop does not wait for an idle consumer's poll to run out (a minute here), and what
+    the server hands over while the consumer stops is handled and acked, or given back for
+    the next instance at once: nothing waits for ack_wait to come back."""
+    await bus.ensure_study(STUDY)
+    handled: list[str] = []
+
+    async def handler(event: ev.StudyStreamEvent, d: Delivery) -> None:
+        assert isinstance(event, ev.JobSubmitted)
+        handled.append(event.job)
+
+    def consumer() -> Subscription[ev.StudyStreamEvent]:
+        return Subscription(bus, stream=f"STUDY_{STUDY}", durable="p1",
+                            filters=[subjects.study_jobs(STUDY)], decoder=ev.STUDY_DECODER,
+                            handler=handler, fetch_timeout=60, ack_wait=60)
+
+    sub = consumer()
+    await sub.start()
+    while (await bus.js.consumer_info(f"STUDY_{STUDY}", "p1")).num_waiting < 1:
+        await asyncio.sleep(0.01)  # until the server holds its poll: idle, nothing to fetch
+    await asyncio.wait_for(sub.stop(), timeout=20)
+    assert handled == []
+
+    # Events published while consumers stop, again and again: each stop takes what its
+    # poll was handed and acks it; what the server hands over after it is nak'd, and the rest
+    # stays in the stream for the next one.
+    sent = 0
+    for round_ in range(5):
+        sub = consumer()
+        await sub.start()
+        publishing = [asyncio.ensure_future(bus.publish(submitted(f"j-{round_}-{i}")))
+                      for i in range(4)]
+        await asyncio.wait_for(sub.stop(), timeout=20)
+        await asyncio.gather(*publishing)
+        sent += len(publishing)
+        assert len(set(handled)) == len(handled) <= sent
+
+    # The next instance gets every event at once, none held back for ack_wait (a minute): a
+    # message left with an inbox nobody reads would come back only then.
+    everything = asyncio.Event()
+
+    async def last_handler(event: ev.StudyStreamEvent, d: Delivery) -> None:
+        await handler(event, d)
+        if len(handled) >= sent:
+            everything.set()
+
+    sub = Subscription(bus, stream=f"STUDY_{STUDY}", durable="p1",
+                       filters=[subjects.study_jobs(STUDY)], decoder=ev.STUDY_DECODER,
+                       handler=last_handler, fetch_timeout=60, ack_wait=60)
+    await sub.start()
+    if len(handled) < sent:
+        await asyncio.wait_for(everything.wait(), timeout=30)
+    await asyncio.wait_for(sub.stop(), timeout=20)
+    assert sorted(handled) == sorted(f"j-{r}-{i}" for r in range(5) for i in range(4))
+    info = await bus.js.consumer_info(f"STUDY_{STUDY}", "p1")
+    assert (info.num_ack_pending, info.num_pending) == (0, 0)
+
+
 async def test_kv_and_object_store(bus: Bus) -> None:
     sites = await kv(bus, subjects.KV_SITES, dict[str, int])
     await sites.put("site-a", {"free": 3})

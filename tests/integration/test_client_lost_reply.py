@@ -91,3 +91,17 @@ async def test_a_read_waits_a_moment_for_a_service_that_reconnects(
     finally:
         await client.close()
         await later.close()
+
+
+async def test_reading_events_on_a_connection_closed_for_good_is_unavailable(
+        nats_server: NatsServer) -> None:
+    """nats closes a connection for good on some refusals (an authorization error when it
+    reconnects to another server of a cluster): a reader then gets Cairn's Unavailable, which
+    it can catch and reconnect on, not the client library's own error."""
+    bus = await Bus.connect(nats_server.url, name="closed-reader")
+    await bus.ensure_study("demo")
+    client = Client(bus, study="demo")
+    await bus.nc.close()
+    with pytest.raises(Unavailable, match="connection to NATS is closed"):
+        async for _ in client.events():
+            pass

@@ -29,11 +29,23 @@ def cairn(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedPr
 
 
 def test_up_check_starts_reports_and_stops(tmp_path: Path) -> None:
-    done = cairn("up", "--check", cwd=tmp_path)
+    done = cairn("up", "--check", "--payload-grace", "7", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert re.search(r"healthy: \d+ services at 3 sites in [\d.]+s", done.stdout), done.stdout
     # Everything it started is gone: no context left behind.
     assert not (tmp_path / ".cairn" / "context.yaml").exists()
+    # The coordinator got the payload grace asked for.
+    log = (tmp_path / ".cairn" / "logs" / "coordinator.log").read_text()
+    assert "payloads are deleted 7s after it ends" in log, log[-2000:]
+
+
+@pytest.mark.parametrize("bad", ["-1", "soon"])
+def test_up_refuses_a_bad_payload_grace_before_starting_anything(tmp_path: Path,
+                                                                  bad: str) -> None:
+    done = cairn("up", "--check", "--payload-grace", bad, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--payload-grace" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / ".cairn").exists()
 
 
 def test_up_refuses_a_bad_site_name(tmp_path: Path) -> None:

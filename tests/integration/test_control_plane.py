@@ -1,4 +1,9 @@
-"""The control plane end to end: real nats-server, coordinator, agents, launchers, processes."""
+"""The control plane end to end: real nats-server, coordinator, agents, launchers, processes.
+
+The tests that change nothing in the federation (a job that completes, specs and names
+refused before anything runs) share one federation (`shared`); those that rewrite a site's
+study_runtime.yaml or create a study get their own.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +26,9 @@ from tests.integration.cp_helpers import (
 )
 
 
-async def test_two_site_job_completes_and_replay_equals_live(
-        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+async def test_two_site_job_completes_and_replay_equals_live(shared: Client,
+                                                             job_dir: Path) -> None:
+    client = shared
     job_id = await client.submit(write_job(job_dir))
     final = await client.wait(job_id, timeout=30)
     assert final.state == "completed", final
@@ -95,23 +101,21 @@ async def test_study_missing_from_runtime_file_is_rejected(
     ("mounts: [/etc]\n", "mounts"),
     ("params: {db_password: hunter2}\n", "params.db_password"),
 ])
-async def test_spec_with_host_path_or_secret_is_refused(
-        federation: EmbeddedFederation, client: Client, job_dir: Path, extra: str,
-        field: str) -> None:
+async def test_spec_with_host_path_or_secret_is_refused(shared: Client, job_dir: Path,
+                                                       extra: str, field: str) -> None:
     with pytest.raises(InvalidInput) as info:
-        await client.submit(write_job(job_dir, extra=extra))
+        await shared.submit(write_job(job_dir, extra=extra))
     assert info.value.field == field and info.value.file and info.value.line
 
 
 @pytest.mark.parametrize("bad", ["s1.>", "*", "A", "a.b", ""])
-async def test_bad_names_are_refused(federation: EmbeddedFederation, client: Client,
-                                     job_dir: Path, bad: str) -> None:
+async def test_bad_names_are_refused(shared: Client, job_dir: Path, bad: str) -> None:
     with pytest.raises(InvalidName):
-        await client.study_create(bad, ["site-a"], [])
+        await shared.study_create(bad, ["site-a"], [])
     with pytest.raises((InvalidName, InvalidInput)):
-        await client.submit(write_job(job_dir, name=json.dumps(bad)))
+        await shared.submit(write_job(job_dir, name=json.dumps(bad)))
     with pytest.raises(InvalidName):
-        await client.study_add_site(bad)
+        await shared.study_add_site(bad)
 
 
 async def test_study_isolation(federation: EmbeddedFederation, client: Client,

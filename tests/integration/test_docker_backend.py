@@ -225,6 +225,11 @@ async def test_a_new_launcher_finds_running_and_ended_containers(
 
     second = DockerBackend(tmp_path / "site", docker_host=engine.host, poll_s=0.1)
     try:
+        # As a launcher that died before recording it would: found by its label alone.
+        found = await second.find(running.launch_id)
+        assert found is not None and (found.native_id, found.workdir, found.log_path) == (
+            running.native_id, running.workdir, running.log_path), found
+        assert await second.find(running.launch_id.replace("/0/0", "/9/0")) is None
         assert await second.reattach(running) == running
         ended = await second.reattach(quick)
         assert not isinstance(ended, type(quick))

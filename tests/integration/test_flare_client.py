@@ -6,11 +6,15 @@ nvflare.client as flare`, `flare.init()`, `is_running()`, `receive()`, `send(FLM
 sending FULL updates and one DIFF updates, each weighed by its NUM_STEPS_CURRENT_ROUND;
 the model each round is known in advance, so a DIFF applied wrong, a weight ignored or a
 round lost shows in the server's result.
+
+The tests share one federation (this module's `federation`): each looks only at its own
+job, which has ended before its test returns.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +23,19 @@ import pytest
 from cairn import events as ev
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
+from tests.fixtures.federation import make_federation, started
 from tests.integration.cp_helpers import study_events
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "flare-numpy"
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
+    with started(make_federation(tmp_path_factory.mktemp("flare-client"))) as fed:
+        yield fed
 
 INITIAL = np.arange(1.0, 10.0).reshape(3, 3)
 # full: lr 1.0 weighed 1 step; diff: lr 2.0 weighed 3 steps (job.yaml)

@@ -105,6 +105,7 @@ def test_the_site_parent_runs_the_site_services_with_its_kit(helm_bin: Path,
     assert container["args"] == ["run", "agent", "launcher", "snapshotter"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["CAIRN_NATS_URL"] == "nats://rel-leaf:4222"  # the leaf node in the release
+    assert env["CAIRN_JS_DOMAIN"] == "cairn"  # the federation's JetStream, from the leaf
     assert env["CAIRN_CREDS"].startswith("/etc/cairn/kit/")
     assert env["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
     (config,) = [d for d in docs if d["kind"] == "ConfigMap" and "site.yaml" in d["data"]]
@@ -127,13 +128,19 @@ def test_the_federation_chart_runs_one_writer_per_service(helm_bin: Path,
             continue
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["CAIRN_NATS_URL"] == "tls://rel-nats:4222"
-        assert env["CAIRN_CREDS"] == "/etc/cairn/kit/hub.creds"  # the hub's kit
+        # The hub's kit; the HTTP API's own narrow one (`Kind.API`), never the hub's.
+        assert env["CAIRN_CREDS"] == ("/etc/cairn/kit/api.creds"
+                                      if d["metadata"]["name"] == "rel-httpapi" else
+                                      "/etc/cairn/kit/hub.creds")
     signer = deployments["rel-signer"]["spec"]["template"]["spec"]["containers"][0]
     assert "evidence_key=/etc/cairn/signer/signer.key" in signer["args"]
     # The HTTP API: HTTPS with the operator's certificate, behind a Service of its own.
     api = deployments["rel-httpapi"]["spec"]["template"]["spec"]["containers"][0]
     assert api["args"][:2] == ["run", "httpapi"]
     assert {"listen=0.0.0.0:8443", "tls_cert=/etc/cairn/api-tls/tls.crt"} <= set(api["args"])
+    (kit,) = [v for v in deployments["rel-httpapi"]["spec"]["template"]["spec"]["volumes"]
+              if v["name"] == "kit"]
+    assert kit["secret"]["secretName"] == "api-kit"
     (service,) = [d for d in docs if d["kind"] == "Service"
                   and d["metadata"]["name"] == "rel-api"]
     assert service["spec"]["ports"][0]["port"] == 8443
@@ -204,7 +211,7 @@ def test_the_federation_renders_tls_and_the_authority_by_default(helm_bin: Path,
             in pod["volumes"]
     said = notes(helm_bin, "cairn-federation", tmp_path)
     assert "TLS and the authority are on" in said and "INSECURE" not in said
-    for secret in ("hub-kit", "nats-provisioned", "federation-authority"):
+    for secret in ("hub-kit", "api-kit", "nats-provisioned", "federation-authority"):
         assert secret in said
 
 
@@ -227,6 +234,7 @@ def test_an_insecure_federation_takes_an_explicit_value_and_says_so(helm_bin: Pa
     ("credentialsSecret=", "credentialsSecret is required"),
     ("nats.configSecret=", "nats.configSecret is required"),
     ("authority.secret=", "authority.secret is required"),
+    ("api.credentialsSecret=", "api.credentialsSecret is required"),
 ])
 def test_a_secure_federation_without_a_secret_refuses_to_render(
         helm_bin: Path, tmp_path: Path, setting: str, named: str) -> None:
@@ -270,3 +278,42 @@ def test_an_insecure_site_takes_an_explicit_value_and_says_so(helm_bin: Path,
     assert "CAIRN_CREDS" not in env and env["CAIRN_NATS_URL"] == "nats://dev-nats:4222"
     said = notes(helm_bin, "cairn-site", tmp_path, *dev)
     assert said.strip().startswith("WARNING: INSECURE DEVELOPMENT SITE (insecure: true).")
+
+
+def test_the_federation_chart_runs_a_nats_cluster_with_tls_routes(helm_bin: Path,
+                                                                 tmp_path: Path) -> None:
+    docs = _validated(template(helm_bin, "cairn-federation", "default", tmp_path,
+                               "--set", "nats.cluster.replicas=3"))
+    (nats,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    assert nats["spec"]["replicas"] == 3
+    assert nats["spec"]["podManagementPolicy"] == "Parallel", "a quorum starts together"
+    assert nats["spec"]["serviceName"] == "rel-nats-cluster"
+    (peers,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] ==
+                "rel-nats-cluster"]
+    assert peers["spec"]["clusterIP"] == "None"
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and "cluster.conf" in d["data"]]
+    text = config["data"]["cluster.conf"]
+    assert text.startswith('include "nats.conf"'), "the provisioned TLS and callout, on each"
+    for i in range(3):
+        assert f"nats-route://rel-nats-{i}.rel-nats-cluster:6222" in text
+    assert "verify: true" in text and "/etc/nats/route.pem" in text
+    pod = nats["spec"]["template"]["spec"]
+    assert pod["containers"][0]["args"] == ["-c", "/etc/nats/cluster.conf"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    sources = volume["projected"]["sources"]
+    assert {"secret": {"name": "nats-provisioned"}} in sources
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    for name in ("rel-coordinator", "rel-validator", "rel-signer", "rel-authority"):
+        env = _env(deployments[name]["spec"]["template"]["spec"]["containers"][0])
+        assert env["CAIRN_REPLICAS"] == "3", name
+    authority = deployments["rel-authority"]["spec"]["template"]["spec"]["containers"][0]
+    assert authority["args"][-2:] == ["--servers", "3"]
+
+    single = template(helm_bin, "cairn-federation", "default", tmp_path)
+    assert not [d for d in single if d["kind"] == "ConfigMap" and "cluster.conf" in d["data"]]
+    (one,) = [d for d in single if d["kind"] == "StatefulSet"]
+    assert one["spec"]["replicas"] == 1
+    (coordinator,) = [d for d in single if d["kind"] == "Deployment"
+                      and d["metadata"]["name"] == "rel-coordinator"]
+    assert _env(coordinator["spec"]["template"]["spec"]["containers"][0])["CAIRN_REPLICAS"] \
+        == "1"

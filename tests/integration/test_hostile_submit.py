@@ -1,4 +1,8 @@
-"""A job spec the bus cannot carry is refused before anything is sent, naming the limit."""
+"""A job spec the bus cannot carry is refused before anything is sent, naming the limit.
+
+The tests share one federation (this module's `federation`): each counts jobs and uploads
+relative to what it found, and the one job that runs has ended before its test returns.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,14 @@ from cairn import subjects
 from cairn.client import Client
 from cairn.errors import InvalidInput
 from cairn.runtime.embedded import EmbeddedFederation
+from tests.fixtures.federation import make_federation, started
 from tests.integration.cp_helpers import write_job
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
+    with started(make_federation(tmp_path_factory.mktemp("hostile-submit"))) as fed:
+        yield fed
 
 
 def big_spec(job_dir: Path, mebibytes: int) -> Path:

@@ -83,6 +83,13 @@ async def test_no_one_touches_anothers_consumers_or_job(insiders: EmbeddedFedera
             assert await _refused(worker, "$O.artifacts_alpha.C.abc")
             assert await _refused(worker, f"cairn.files.alpha.{other}.{digest}.m")
             assert not await _refused(worker, f"cairn.files.alpha.{job}.{digest}.c.x")
+            # Another job's data-plane payloads are as closed to it as its results.
+            files = subjects.files_stream("alpha").name
+            payload = f"cairn.files.alpha.{other}.p.{digest}"
+            assert await _refused(worker, f"{payload}.m")
+            assert await _refused(worker, f"{JS}.CONSUMER.CREATE.{files}.w_0.{payload}.c.x")
+            assert await _refused(worker, f"{JS}.DIRECT.GET.{files}.{payload}.m")
+            assert not await _refused(worker, f"cairn.files.alpha.{job}.p.{digest}.c.x")
         finally:
             await worker.close()
 

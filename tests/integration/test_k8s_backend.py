@@ -424,6 +424,25 @@ async def test_a_restarted_backend_finds_its_running_pod_by_label(
     assert f"cairn.launch={launch_label(handle.launch_id)}" in selectors
 
 
+async def test_a_pod_created_but_never_recorded_is_found_by_its_launch_id(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A launcher that died between creating a pod and recording it finds it by label, in
+    the site's namespace (the one a study without its own namespace gets)."""
+    first = make_backend(cluster, tmp_path)
+    handle = await first.launch(make_spec(tmp_path, platform={"kubernetes": msgspec.to_builtins(
+        KubernetesSettings(namespace=None))}))
+    await first.close()
+    second = make_backend(cluster, tmp_path)
+    try:
+        found = await second.find(handle.launch_id)
+        nobody = await second.find(handle.launch_id.replace("/0/0", "/0/1"))
+    finally:
+        await second.close()
+    assert found is not None and found.native_id == handle.native_id, found
+    assert (found.workdir, found.log_path) == (handle.workdir, handle.log_path)
+    assert nobody is None
+
+
 async def test_a_pod_that_ended_while_the_launcher_was_down_is_reported(
         cluster: Cluster, tmp_path: Path) -> None:
     first = make_backend(cluster, tmp_path)

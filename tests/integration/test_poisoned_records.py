@@ -38,8 +38,12 @@ async def _poison(fed: EmbeddedFederation) -> None:
     finally:
         await bus.close()
     # The hub's own heartbeat record, once its parent (whose agent would overwrite it) is
-    # gone; the coordinator reads the records before that agent starts again.
-    fed.kill("coordinator")
+    # gone; the coordinator reads the records before that agent starts again. Stopped, not
+    # killed: a killed parent's lease would hold the next coordinator back for its TTL,
+    # while the agent beside it starts at once and overwrites the record.
+    parent = fed.process("coordinator").proc
+    parent.terminate()
+    parent.wait(30)
     hub = await fed.bus(kit=fed.hub)
     try:
         sites = await hub.js.key_value(subjects.KV_SITES)

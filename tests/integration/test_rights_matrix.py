@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cairn.runtime.embedded import DEFAULT_ADMIN, EmbeddedFederation
-from cairn.subjects.table import SUBJECTS, Holder, js_consumer_create
-from cairn.trust.credentials import Identity, Kind, issue
+from cairn.subjects.table import SUBJECTS, Holder, consumer_owner, js_consumer_create
+from cairn.trust.credentials import API_NAME, Identity, Kind, issue
 from cairn.trust.nkeyjwt import KeyKind, creds_file_text, new_seed, public_key
 from cairn.trust.permissions import Membership, holder_of
 from tests.integration.insiders import LEADS, STUDIES, insiders, kit, worker_creds
@@ -90,7 +90,7 @@ def _identities(fed: EmbeddedFederation, tmp: Path) -> dict[str, tuple[Identity,
 
     worker = worker_creds(fed, tmp, study="alpha", job=JOB, site="site-a")
     out = {name: (of(name), kit(fed, name)) for name in
-           ("hub", "site-a", "site-b", DEFAULT_ADMIN, "alice@org-a", "bob@org-b")}
+           ("hub", "site-a", "site-b", DEFAULT_ADMIN, "alice@org-a", "bob@org-b", API_NAME)}
     out["worker"] = (Identity(kind=Kind.WORKER, name=f"{JOB}/site-a/client/0/0",
                               site="site-a", study="alpha", job=JOB, role="client"), worker)
     out["reader"] = (Identity(kind=Kind.READER, name="dash@org-a", study="alpha"),
@@ -166,6 +166,7 @@ async def test_every_identity_against_every_row(insiders: EmbeddedFederation,
     membership = _membership()
     subjects = _subjects()
     wrong: list[str] = []
+    server: dict[str, dict[str, bool]] = {}
     for label, (identity, creds) in _identities(fed, tmp_path).items():
         holder = holder_of(identity, membership)
         readable = {s for s in STREAM_NAMES if reads(holder, s)}
@@ -186,6 +187,9 @@ async def test_every_identity_against_every_row(insiders: EmbeddedFederation,
                                  refusals=sum(not v for v in calls.values()))
             wrong += [f"{label} {s}: server says {js[s]}, table {calls[s]}" for s in calls
                       if js[s] != calls[s]]
+            server[label] = {**{f"pub {s}": v for s, v in pub.items()},
+                             **{f"sub {s}": v for s, v in sub.items()},
+                             **{f"js {s}": v for s, v in js.items()}}
             inbox = "_INBOX.USOMEONEELSE.x"
             await probe.nc.subscribe(inbox)
             if not await probe.wait_refused(f'subscription to "{inbox}"'):
@@ -193,3 +197,28 @@ async def test_every_identity_against_every_row(insiders: EmbeddedFederation,
         finally:
             await probe.close()
     assert not wrong, f"{len(wrong)} verdicts differ from the table:\n" + "\n".join(wrong[:80])
+    _the_api_reads_and_writes_nothing_of_its_own(server[API_NAME])
+
+
+def _the_api_reads_and_writes_nothing_of_its_own(said: dict[str, bool]) -> None:
+    """The HTTP API's identity, as the real server judged it: no event, no store write but
+    code bundles (for a caller's signed submit), no request but the callers' submit and
+    cancel; no data plane, job files, code or launches to read."""
+    events = [s for row in SUBJECTS if row.kind in ("event", "store")
+              for s in _concrete(row.pattern, row.verbs)]
+    assert events and {s.split(".")[1] for s in events if said[f"pub {s}"]} == {
+        "artifacts_alpha", "artifacts_beta"}
+    asked = [s for row in SUBJECTS if row.kind == "request"
+             for s in _concrete(row.pattern, row.verbs) if said[f"pub {s}"]]
+    passed_on = {s for s in asked if s.startswith("cairn.api.study.")
+                 and s.rsplit(".", 1)[1] in ("submit", "cancel")}
+    assert set(asked) - passed_on == {"$JS.API.STREAM.NAMES"}, asked
+    assert {f"cairn.api.study.{s}.{v}" for s in VALUES["study"]
+            for v in ("submit", "cancel")} <= passed_on
+    mine = f"{consumer_owner('api', API_NAME)}_0"
+    for stream in ("DATA_alpha", "FILES_alpha", "OBJ_artifacts_alpha", "SITE_site-a",
+                   "KV_launches_site-a", "KV_nonces", "DEADLETTER", "KV_sites"):
+        assert not said[f"js {js_consumer_create(stream, mine)}"], stream
+    for stream in ("STUDY_alpha", "STUDY_beta", "FEDERATION", "EVIDENCE", "OBJ_evidence"):
+        assert said[f"js {js_consumer_create(stream, mine)}"], stream
+    assert not [s for s in said if s.startswith("sub cairn.data.") and said[s]]

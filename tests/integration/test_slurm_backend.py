@@ -176,11 +176,13 @@ async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
         slurm_lab: SlurmLab, tmp_path: Path, code_dir: Path, driver: str) -> None:
     root = tmp_path / "site"
     first = make_backend(slurm_lab, root, driver)
-    # The long job runs until the test lets it end (bounded at 60 s), however slow the
-    # machine: a fixed sleep could end before the reattach looks at it.
+    # The long job runs until the test lets it end (bounded at ten minutes, and let end when
+    # the test does), however slow the machine: a fixed sleep, or a bound near the time
+    # Slurm takes to end the short job on a busy machine, could end it before the reattach
+    # looks at it.
     go = tmp_path / "go"
     long = await first.launch(spec(code_dir, ["bash", "-c", (
-        f"for i in $(seq 600); do [ -e {go} ] && exit 5; sleep 0.1; done; exit 9")], rank=0))
+        f"for i in $(seq 6000); do [ -e {go} ] && exit 5; sleep 0.1; done; exit 9")], rank=0))
     short = await first.launch(spec(code_dir, ["bash", "-c", "exit 7"], rank=1))
     await first.close()  # the launcher goes down; its jobs do not
 
@@ -204,6 +206,7 @@ async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
         assert isinstance(foreign, WorkerExit) and foreign.cause == "infrastructure"
         assert "not this worker's" in foreign.message
     finally:
+        go.touch()
         await second.close()
 
 

@@ -1,21 +1,34 @@
 """Workers of a real job talking over the data plane: a 20 MiB payload crosses from a client
 to the server through the object store, sent before the server listened; request/reply and
-broadcast between workers; a user error ends the worker non-zero with its traceback logged."""
+broadcast between workers; a user error ends the worker non-zero with its traceback logged.
+
+The tests share one federation (this module's `federation`): each looks only at its own
+job, which has ended before its test returns.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cairn import subjects
-from cairn.bus import job_files, replay
+from cairn.bus import job_payloads, replay
 from cairn.client import Client
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.worker.dataplane import encode_payload
+from tests.fixtures.federation import make_federation, started
 from tests.integration.cp_helpers import write_job
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFederation]:
+    with started(make_federation(tmp_path_factory.mktemp("worker-payloads"))) as fed:
+        yield fed
 
 APP = '''\
 import hashlib, os, time
@@ -77,8 +90,8 @@ async def test_20mib_payload_request_reply_and_broadcast_between_workers(
     try:
         sizes = [len(r.raw) async for r in replay(bus, subjects.data_stream("demo").name)]
         assert sizes and max(sizes) < 4096  # only references crossed the subjects
-        # The payload is in the job's files under its digest, and reads back intact.
-        store = job_files(bus, "demo", job_id)
+        # The payload is in the job's payloads under its digest, and reads back intact.
+        store = job_payloads(bus, "demo", job_id)
         arr = np.random.default_rng(7).integers(0, 2**62, size=20 * 1024 * 1024 // 8,
                                                 dtype=np.int64)
         _, body = encode_payload({"arr": arr})

@@ -28,6 +28,7 @@ IDENTITIES = {
                        study="alpha", job="j-matrix", role="client"),
     "reader": Identity(kind=Kind.READER, name="dash@org-a", study="alpha"),
     "data-reader": Identity(kind=Kind.READER, name="dd@org-a", study="alpha", data=True),
+    "api": Identity(kind=Kind.API, name="api"),
 }
 
 

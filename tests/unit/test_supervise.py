@@ -32,6 +32,8 @@ class FakeFederation:
     processes: list[FakeProcess] = field(default_factory=list)
     nats: Any = None
     next_pid: int = 100
+    cluster: Any = None
+    leaves: dict[str, Any] = field(default_factory=dict)
 
     def process(self, name: str) -> FakeProcess:
         return next(p for p in self.processes if p.name == name)
@@ -45,8 +47,14 @@ class FakeFederation:
             raise Timeout(outcome)
         return 1.25
 
-    def restart_nats(self) -> None:
+    def nats_members(self) -> list[Any]:
+        return [self.nats] if self.nats is not None else []
+
+    def restart_nats(self, member: int = 0) -> None:
         self.nats.proc = FakeProc(self.next_pid)
+
+    def record(self) -> None:
+        return None
 
     def respawn(self, name: str) -> None:
         self.next_pid += 1
@@ -139,3 +147,49 @@ def test_after_the_bus_restarts_it_says_when_every_service_answers_again() -> No
     sup.check()
     assert fed.healthy == [], "and then it stops asking"
     assert sup.restarts == {"nats-server": 3}
+
+
+@dataclass
+class FakeLeafServer:
+    proc: FakeProc | None
+    monitor_port: int = 8222
+
+    def restart(self, timeout: float = 15.0) -> None:
+        self.proc = FakeProc(self.proc.pid + 1 if self.proc else 1)
+
+
+@dataclass
+class FakeLeaf:
+    server: FakeLeafServer
+    port: int = 40123
+    url: str = "tls://127.0.0.1:40123"
+    link: bool = True
+
+    def linked(self) -> bool:
+        return self.link
+
+
+def test_a_dead_leaf_node_comes_back_on_its_port_and_says_when_it_is_linked() -> None:
+    leaf = FakeLeaf(FakeLeafServer(FakeProc(30)))
+    fed = FakeFederation(leaves={"site-a": leaf})
+    clock, lines = Clock(), []
+    sup = Supervisor(fed, say=lines.append, backoff=(0.5,), clock=clock)  # type: ignore[arg-type]
+    sup.check()
+    assert lines == []
+    assert leaf.server.proc is not None
+    leaf.server.proc.returncode = -9
+    leaf.link = False
+    sup.check()
+    assert lines[-1] == ("leaf-site-a exited with -9; restarting it on port 40123 "
+                         "(same config) in 0.5s")
+    clock.now += 0.5
+    sup.check()
+    assert lines[-1] == "leaf-site-a restarted on tls://127.0.0.1:40123 (pid 31)"
+    clock.now += 0.3
+    sup.check()
+    assert len(lines) == 2, "not linked yet: nothing more said"
+    leaf.link = True
+    sup.check()
+    assert lines[-1] == "leaf-site-a reached the federation again (0.3s after its restart)"
+    sup.check()
+    assert len(lines) == 3 and sup.restarts == {"leaf-site-a": 1}

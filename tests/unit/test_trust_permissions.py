@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.subjects.table import consumer_owner
+from cairn.subjects.table import SUBJECTS, consumer_owner
 from cairn.trust.credentials import Identity, Kind
 from cairn.trust.permissions import Membership, Permissions, permissions
 from tests.subject_match import may
@@ -141,3 +141,42 @@ def test_a_reader_reads_its_study_and_writes_nothing() -> None:
 def test_every_identity_reads_its_own_inbox_only(identity: Identity) -> None:
     assert _sub(identity, f"_INBOX.{KEY}.x")
     assert not _sub(identity, "_INBOX.USOMEONEELSE.x")
+
+
+API = Identity(kind=Kind.API, name="api")
+
+
+def test_the_api_reads_for_its_callers_and_writes_nothing_of_its_own() -> None:
+    events = [row for row in SUBJECTS if row.kind == "event"]
+    concrete = [row.pattern.replace("{study}", "s1").replace("{job}", "j-1")
+                .replace("{site}", "site-a").replace("{role}", "client")
+                .replace("{recipe}", "cpu").replace("{stream}", "STUDY_s1")
+                .replace("{verb}", row.verbs[0] if row.verbs else "x").replace(">", "x")
+                for row in events]
+    assert concrete and not [s for s in concrete if _pub(API, s)]
+    # The callers' own signed submit and cancel, passed on; no other request of its own.
+    assert _pub(API, "cairn.api.study.s1.submit") and _pub(API, "cairn.api.study.s2.cancel")
+    for asked in ("cairn.api.study.s1.membership", "cairn.api.study.s1.show",
+                  "cairn.api.fed.studies", "cairn.api.validation.start",
+                  "cairn.api.site.site-a.logs", "cairn.api.site.site-a.snapshot",
+                  "cairn.health.coordinator.hub"):
+        assert not _pub(API, asked), asked
+    # Every study's events and the federation's facts: it answers any caller with those.
+    for stream in ("STUDY_s1", "STUDY_s2", "FEDERATION", "EVIDENCE", "OBJ_evidence",
+                   "OBJ_snapshots"):
+        assert _pub(API, f"$JS.API.CONSUMER.CREATE.{stream}.{_own(API)}"), stream
+    assert _sub(API, "cairn.study.s2.job.j-1.completed")
+    # Not what no page shows: data planes, job files, code, launches, nonces, dead letters.
+    for stream in ("DATA_s1", "FILES_s1", "OBJ_artifacts_s1", "SITE_site-a", "KV_nonces",
+                   "KV_launches_site-a", "DEADLETTER", "KV_sites"):
+        assert not _pub(API, f"$JS.API.CONSUMER.CREATE.{stream}.{_own(API)}"), stream
+        if stream != "OBJ_artifacts_s1":  # which a writer of code bundles looks up
+            assert not _pub(API, f"$JS.API.STREAM.INFO.{stream}"), stream
+    assert not _sub(API, "cairn.data.s1.j-1.round") and not _sub(API, "cairn.site.a.heartbeat")
+    # Its ping only: never another service's.
+    assert _sub(API, "cairn.health.httpapi.hub") and not _sub(API, "cairn.health.agent.hub")
+    assert not any("STREAM.CREATE" in p or "STREAM.DELETE" in p or "$KV." in p
+                   for p in permissions(API, KEY, MEMBERS).pub_allow)
+    # Its one store write: a code bundle, content-addressed, for a caller's signed submit.
+    assert _pub(API, "$O.artifacts_s1.C.x") and not _pub(API, "$O.evidence.C.x")
+    assert not _pub(API, "$O.snapshots.M.x") and not _pub(API, "$KV.sites.site-a")

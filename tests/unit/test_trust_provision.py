@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from pathlib import Path
 
@@ -44,13 +45,16 @@ def _provision(out: Path, text: str = FED) -> list[Path]:
 def test_central_provisioning_writes_a_kit_per_participant_with_private_secrets(
         tmp_path: Path) -> None:
     made = _provision(tmp_path)
-    assert sorted(p.name for p in made) == ["alice@org-a", "hub", "site-a"]
+    assert sorted(p.name for p in made) == ["alice@org-a", "api", "hub", "site-a"]
     roots = frozenset((tmp_path / "root" / "root.pub").read_text().split())
+    api = check_kit(tmp_path / "kits" / "api" / "api.creds", tmp_path / "root" / "root.pub")
+    assert api.kind is Kind.API and api.name == "api"
     site = check_kit(tmp_path / "kits" / "site-a" / "site.creds", tmp_path / "root" / "root.pub")
     assert site.kind is Kind.SITE and site.signing_key.startswith("A")
     jwt, _ = read_creds((tmp_path / "kits" / "alice@org-a" / "admin.creds").read_text())
     assert verify_credential(jwt, roots).identity.admin_role == "lead"
-    for secret in ("root/root.nk", "ca/ca.key", "kits/site-a/site.creds",
+    for secret in ("root/root.nk", "ca/ca.key", "kits/site-a/site.creds", "kits/api/api.creds",
+                   "kits/alice@org-a/client.key",
                    "kits/site-a/signing.nk", "authority/account.nk", "server/server.key"):
         assert stat.S_IMODE((tmp_path / secret).stat().st_mode) == 0o600, secret
     conf = (tmp_path / "server" / "nats.conf").read_text()
@@ -128,3 +132,15 @@ def test_accept_checks_everything_before_it_writes(tmp_path: Path) -> None:
               "--url", "tls://x:1"])
     assert exited.value.code == 5
     assert sorted(p.name for p in kit.iterdir()) == before
+
+
+def test_a_folder_provisioned_before_gets_the_api_kit_and_client_certificates(
+        tmp_path: Path) -> None:
+    _provision(tmp_path)
+    kit = tmp_path / "kits" / "alice@org-a"
+    creds = (kit / "admin.creds").read_bytes()
+    for old in ("client.pem", "client.key"):
+        (kit / old).unlink()
+    shutil.rmtree(tmp_path / "kits" / "api")
+    assert sorted(p.name for p in _provision(tmp_path)) == ["api"]
+    assert (kit / "client.pem").is_file() and (kit / "admin.creds").read_bytes() == creds

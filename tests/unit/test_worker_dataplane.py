@@ -134,7 +134,7 @@ class FakeObjects:
 def bus(monkeypatch: pytest.MonkeyPatch) -> FakeBus:
     fake, store = FakeBus(), FakeObjects()
 
-    def job_files(bus: Any, study: str, job: str) -> FakeObjects:
+    def job_payloads(bus: Any, study: str, job: str) -> FakeObjects:
         assert (study, job) == ("demo", "j-1")
         return store
 
@@ -145,7 +145,7 @@ def bus(monkeypatch: pytest.MonkeyPatch) -> FakeBus:
             if any(matches(f, msg.subject) for f in filters):
                 yield FakeReplayed(msg.data, seq)
 
-    monkeypatch.setattr(dataplane, "job_files", job_files)
+    monkeypatch.setattr(dataplane, "job_payloads", job_payloads)
     monkeypatch.setattr(dataplane, "replay", replay)
     fake.store = store  # type: ignore[attr-defined]
     return fake

@@ -10,7 +10,8 @@ from cairn.bus._claims import Claims, claims
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus
 from cairn.bus._consume import Delivery, Handler, Subscription
 from cairn.bus._consumers import ConsumerNames
-from cairn.bus._objects import Objects, job_files, objects
+from cairn.bus._lease import LEASE_HEADER, Lease, LeaseLost, LeaseRecord
+from cairn.bus._objects import ChunkSource, Objects, file_source, job_files, job_payloads, objects
 from cairn.bus._poisoned import (
     StoredMessage,
     UndecodableRecord,
@@ -21,8 +22,8 @@ from cairn.bus._poisoned import (
 from cairn.bus._replay import Replayed, replay
 from cairn.bus._stores import KV, kv
 
-__all__ = ["CONTENT_TYPE", "JSON", "KV", "MSGPACK", "MSG_ID", "Bus", "Claims",
-           "ConsumerNames",
-           "Delivery", "Handler", "Objects", "Replayed", "StoredMessage", "Subscription",
-           "UndecodableRecord", "claims", "decode_event", "job_files", "kv", "last_stored",
+__all__ = ["CONTENT_TYPE", "JSON", "KV", "LEASE_HEADER", "MSGPACK", "MSG_ID", "Bus", "ChunkSource",
+           "Claims", "ConsumerNames", "Delivery", "Handler", "Lease", "LeaseLost", "LeaseRecord",
+           "Objects", "Replayed", "StoredMessage", "Subscription", "UndecodableRecord", "claims",
+           "decode_event", "file_source", "job_files", "job_payloads", "kv", "last_stored",
            "objects", "replay", "report_skipped", "skipper"]

@@ -73,7 +73,7 @@ async def claims(bus: Bus, bucket: str, *, ttl: float, timeout: float = 2.0,
                 handle = await bus.js.key_value(bucket)
             except (BucketNotFoundError, NotFoundError):
                 handle = await bus.js.create_key_value(
-                    bucket=bucket, history=1, ttl=ttl, max_bytes=max_bytes,
+                    bucket=bucket, history=1, ttl=ttl, max_bytes=max_bytes, replicas=bus.replicas,
                     description="single-use keys (request nonces), each kept for the TTL")
             await _at_least(bus, bucket, ttl)
     except _UNREACHABLE as exc:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
+import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +24,7 @@ from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavaila
 from cairn import api, subjects, telemetry
 from cairn.bus import _lazyws
 from cairn.bus._consumers import ConsumerNames
+from cairn.bus._replicas import configured_replicas
 from cairn.bus._streams import ensure_stream
 from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
 from cairn.events import Event, encode
@@ -40,6 +44,8 @@ def _not_ssl_eof_noise(record: logging.LogRecord) -> bool:
 logging.getLogger("asyncio").addFilter(_not_ssl_eof_noise)
 
 MSG_ID = "Nats-Msg-Id"
+JS_DOMAIN_ENV = "CAIRN_JS_DOMAIN"
+"""Set (to `cairn.subjects.table.JS_DOMAIN`) for a parent connected to its site's leaf node."""
 CONTENT_TYPE = "Content-Type"
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -54,7 +60,15 @@ class Bus:
 
     def __init__(self, nc: Client, *, name: str = "cairn") -> None:
         self.nc = nc
-        self.js = nc.jetstream(timeout=5.0)
+        # On a site's leaf node the federation's JetStream is named by its domain
+        # (`cairn.runtime.leaf`); elsewhere the server's own is the federation's.
+        self.js_domain = os.environ.get(JS_DOMAIN_ENV) or None
+        if self.js_domain is None:
+            self.js = nc.jetstream(timeout=5.0)
+        else:
+            from cairn.bus._domain import DomainJetStream
+
+            self.js = DomainJetStream(nc, domain=self.js_domain, timeout=5.0)
         self.name = name
         self._ensured: set[str] = set()
         self._batch = telemetry.ProducerBatch()
@@ -67,9 +81,24 @@ class Bus:
         """Set when the server closed the connection for good (nats-py does not reconnect
         after, e.g., an expired user JWT): a service exits and its supervisor restarts it."""
         self.lost_reason = ""
+        self.refusals: collections.deque[str] = collections.deque(maxlen=64)
+        """The server's latest permission violations, lowercased (it sends them on the side,
+        and a refused request otherwise just goes unanswered)."""
         self.reconnect_listeners: list[Callable[[], None]] = []
         """Called after every reconnect (rights may have changed: e.g. a study joined)."""
         self._closing = False
+        self.replicas = configured_replicas()
+        """Copies of each stream, bucket and object store this connection creates
+        (`cairn.bus._replicas`)."""
+
+    def api_subject(self, subject: str) -> str:
+        """A `$JS.API` subject as this connection sends it (under the federation's domain
+        on a leaf node)."""
+        if self.js_domain is None:
+            return subject
+        from cairn.subjects.table import js_domain_api
+
+        return js_domain_api(subject)
 
     # -- connecting ---------------------------------------------------------------------
 
@@ -89,6 +118,7 @@ class Bus:
         the credential's key, which only this connection may read. `nkey_seed` is a file
         with a bare nkey seed (the authority's own static users).
         """
+        configured_replicas()  # a bad $CAIRN_REPLICAS is told before anything connects
         auth: dict[str, Any] = {}
         if creds is not None:
             from cairn.trust.connect import creds_options
@@ -96,7 +126,9 @@ class Bus:
             auth = creds_options(creds)
         elif nkey_seed is not None:
             auth = {"nkeys_seed": nkey_seed}
-        servers = [url] if isinstance(url, str) else list(url)
+        # "tls://a:4222,tls://b:4222": every server of a cluster, to fail over between.
+        servers = ([u.strip() for u in url.split(",") if u.strip()] if isinstance(url, str)
+                   else list(url))
         _lazyws.enable_websockets(servers)
         deadline = time.monotonic() + retry_for
         delay = 0.05
@@ -144,6 +176,8 @@ class Bus:
             # The server refuses what an identity may not do without raising anywhere else.
             if "permissions violation" in str(exc).lower():
                 log.warning("nats refused: %s", exc)
+                if holder:
+                    holder[0].refusals.append(str(exc).lower())
             else:
                 log.debug("nats error: %s", exc)
 
@@ -214,7 +248,8 @@ class Bus:
         for spec in specs:
             if spec.name in self._ensured:
                 continue
-            await self._retry(partial(ensure_stream, self.js, spec), what=f"stream {spec.name}")
+            await self._retry(partial(ensure_stream, self.js, spec, self.replicas),
+                              what=f"stream {spec.name}")
             self._ensured.add(spec.name)
 
     async def ensure_federation(self) -> None:
@@ -233,7 +268,7 @@ class Bus:
         names: list[str] = []
         offset = 0
         while True:
-            msg = await self.nc.request(js_api("STREAM", "NAMES"),
+            msg = await self.nc.request(self.api_subject(js_api("STREAM", "NAMES")),
                                         msgspec.json.encode({"offset": offset}), timeout=5.0)
             page = msgspec.json.decode(msg.data)
             found = [n for n in page.get("streams") or [] if isinstance(n, str)]
@@ -337,7 +372,7 @@ class Bus:
                       headers: dict[str, str] | None = None) -> bytes:
         hdrs = {CONTENT_TYPE: JSON, **telemetry.current_headers(), **(headers or {})}
         try:
-            msg = await self.nc.request(subject, payload, timeout=timeout, headers=hdrs)
+            msg = await self._ask(subject, payload, timeout, hdrs)
         except NoRespondersError:
             raise Unavailable(f"nothing answers on {subject}: is the service running?") from None
         except ConnectionClosedError:
@@ -346,6 +381,25 @@ class Bus:
         except (TimeoutError, NatsTimeout):
             raise Timeout(f"no answer on {subject} within {timeout:g}s") from None
         return bytes(msg.data)
+
+    async def _ask(self, subject: str, payload: bytes, timeout: float,
+                   headers: dict[str, str]) -> Msg:
+        """One request, answered on an inbox that names its subject (`reply_inbox`): a
+        service behind a leaf node may answer only there."""
+        from cairn.subjects.table import reply_inbox
+
+        base, _, token = self.nc.new_inbox().rpartition(".")
+        inbox = reply_inbox(base, subject, token)
+        sub = await self.nc.subscribe(inbox, max_msgs=1)
+        try:
+            await self.nc.publish(subject, payload, reply=inbox, headers=headers)
+            msg = await sub.next_msg(timeout=timeout)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        if msg.headers and msg.headers.get("Status") == "503":
+            raise NoRespondersError
+        return msg
 
     async def serve(self, subject: str, handler: Callable[[Msg], Awaitable[bytes]],
                     *, queue: str = "") -> Any:

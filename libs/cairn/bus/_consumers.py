@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nats.errors import NoRespondersError
+from nats.errors import ConnectionClosedError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
@@ -66,21 +66,29 @@ async def create_consumer(bus: Bus, stream: str, config: api.ConsumerConfig, *,
     Raises:
         NotFound: the stream does not exist.
         PermissionDenied: the server refused (a name or filter this identity does not own).
+        Unavailable: JetStream did not answer, or this connection is closed for good.
         CairnError: any other refusal, with the server's description.
     """
     assert config.name
     body: dict[str, Any] = {"stream_name": stream, "config": config.as_dict()}
     if action:
         body["action"] = action
-    subject = _create_subject(stream, config.name, config)
+    subject = bus.api_subject(_create_subject(stream, config.name, config))
     try:
         msg = await bus.nc.request(subject, json.dumps(body).encode(), timeout=timeout)
     except NoRespondersError:
         raise Unavailable("JetStream did not answer a consumer create") from None
+    except ConnectionClosedError:
+        raise Unavailable(f"the connection to NATS is closed ({bus.lost_reason or 'closed'}); "
+                          f"consumer {config.name} on {stream} was not created") from None
     except (TimeoutError, NatsTimeout):
-        # A publish the broker refuses is dropped without an answer.
-        raise PermissionDenied(f"no answer creating consumer {config.name} on {stream}: "
-                               "this identity may not read it that way") from None
+        # A publish the broker refuses is dropped without an answer, and said on the side;
+        # without that, JetStream was slow (a stream electing its leader): ask again.
+        if any(f'"{subject.lower()}"' in refusal for refusal in bus.refusals):
+            raise PermissionDenied(f"no answer creating consumer {config.name} on {stream}: "
+                                   "this identity may not read it that way") from None
+        raise NoAnswer(f"JetStream did not answer creating consumer {config.name} on "
+                       f"{stream} within {timeout:g}s") from None
     reply: dict[str, Any] = json.loads(msg.data or b"{}")
     error = reply.get("error")
     if error:
@@ -90,6 +98,10 @@ async def create_consumer(bus: Bus, stream: str, config: api.ConsumerConfig, *,
             raise NotFound(f"stream {stream} does not exist")
         raise _ConsumerError(code, f"consumer {config.name} on {stream}: {text}")
     return reply
+
+
+class NoAnswer(Unavailable):
+    """JetStream did not answer a consumer create in time, and the server refused nothing."""
 
 
 class _ConsumerError(Unavailable):
@@ -106,13 +118,21 @@ async def create_ephemeral(bus: Bus, stream: str, config: api.ConsumerConfig, *,
         NotFound: the stream does not exist.
         PermissionDenied: the broker refused the read.
         Timeout: every owned name stayed in use for `SLOT_WAIT_S`.
+        NoAnswer: JetStream did not answer for `SLOT_WAIT_S` (asked again meanwhile).
     """
     names = bus.consumer_names
     nonce = os.urandom(6).hex()
     if not names.restricted:
         name = f"{names.owner}_{nonce}"
-        reply = await create_consumer(bus, stream, config.evolve(name=name, description=purpose))
-        return _info(reply)
+        deadline = time.monotonic() + SLOT_WAIT_S
+        while True:
+            try:
+                reply = await create_consumer(bus, stream,
+                                              config.evolve(name=name, description=purpose))
+                return _info(reply)
+            except NoAnswer:
+                if time.monotonic() >= deadline:
+                    raise
     order = list(names.names)
     start = random.randrange(len(order))
     order = order[start:] + order[:start]
@@ -124,6 +144,10 @@ async def create_ephemeral(bus: Bus, stream: str, config: api.ConsumerConfig, *,
             cfg = config.evolve(name=name, description=f"{purpose} {nonce}")
             try:
                 return _info(await create_consumer(bus, stream, cfg, action="create"))
+            except NoAnswer:
+                if time.monotonic() >= deadline:
+                    raise
+                break  # from the first name again, after the pause
             except _ConsumerError as exc:
                 if exc.err_code != ALREADY_EXISTS:
                     raise

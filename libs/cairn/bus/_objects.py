@@ -17,29 +17,34 @@ chunks through one of the reader's own consumers (`cairn.bus._consumers`).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from nats.js import api
 from nats.js.errors import NotFoundError
 
 from cairn import subjects
+from cairn.bus._chunks import CHUNK, Parts, parts_of, read_chunks, rechunk, write_chunks
 from cairn.bus._connection import Bus
-from cairn.bus._consumers import create_ephemeral, delete_consumer
 from cairn.errors import InvalidInput, NotFound
 from cairn.subjects.table import obj_chunk_subject, obj_meta_subject
 
-CHUNK = 128 * 1024
-WINDOW = 64
-"""Chunks in flight at once when writing (each waits for its store's ack)."""
 _DIGEST = "SHA-256="
+PAYLOADS_TOKEN = "p"
+"""The subject token under a job's files that holds its data-plane payloads (deleted when
+the job has ended and its grace passed), apart from its results (kept)."""
+FILE_BLOCK = 1024 * 1024
+"""How much of a file is read at once when it is stored."""
+
+ChunkSource = Callable[[], Parts]
+"""Makes the object's bytes, in parts of any size, each time it is called (twice: once for
+the digest, once to send): a generator, or an async one."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,8 @@ def object_store_layout(bucket: str) -> Layout:
     return Layout(stream=subjects.obj_stream(bucket), bucket=bucket, meta=meta, chunks=chunks)
 
 
-def job_files_layout(study: str, job: str) -> Layout:
-    prefix = subjects.files_prefix(study, job)
+def job_files_layout(study: str, job: str, *, payloads: bool = False) -> Layout:
+    prefix = subjects.files_prefix(study, job) + (f".{PAYLOADS_TOKEN}" if payloads else "")
 
     def meta(name: str) -> str:
         return f"{prefix}.{_digest_name(name)}.m"
@@ -71,7 +76,8 @@ def job_files_layout(study: str, job: str) -> Layout:
     def chunks(name: str, nuid: str) -> str:
         return f"{prefix}.{_digest_name(name)}.c.{nuid}"
 
-    return Layout(stream=subjects.files_stream(study).name, bucket=f"{study}/{job}",
+    return Layout(stream=subjects.files_stream(study).name,
+                  bucket=f"{study}/{job}" + ("/payloads" if payloads else ""),
                   meta=meta, chunks=chunks)
 
 
@@ -81,12 +87,22 @@ def _digest_name(name: str) -> str:
     return name
 
 
-def meta_record(name: str, bucket: str, nuid: str, data: bytes, chunks: int) -> dict[str, Any]:
+def meta_record(name: str, bucket: str, nuid: str, size: int, sha256: bytes,
+                chunks: int) -> dict[str, Any]:
     """An object's meta record, the fields of a NATS object store's `ObjectInfo` (JSON)."""
-    return {"name": name, "bucket": bucket, "nuid": nuid, "size": len(data), "chunks": chunks,
+    return {"name": name, "bucket": bucket, "nuid": nuid, "size": size, "chunks": chunks,
             "mtime": datetime.now(UTC).isoformat(),
-            "digest": _DIGEST + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode(),
+            "digest": _DIGEST + base64.urlsafe_b64encode(sha256).decode(),
             "options": {"max_chunk_size": CHUNK}}
+
+
+def file_source(path: Path) -> ChunkSource:
+    """A file's bytes, `FILE_BLOCK` at a time (never the whole file in memory)."""
+    def blocks() -> Iterable[bytes]:
+        with path.open("rb") as fh:
+            while block := fh.read(FILE_BLOCK):
+                yield block
+    return blocks
 
 
 class Objects:
@@ -111,26 +127,42 @@ class Objects:
 
     async def put(self, data: bytes, *, name: str | None = None) -> str:
         """Store `data` (once: an object already there is not written again); its sha256."""
-        digest = hashlib.sha256(data).hexdigest()
+        return await self.put_stream(lambda: (data,), name=name)
+
+    async def put_file(self, path: Path, *, name: str | None = None) -> str:
+        """Store a file, read as it is sent (memory: a window of chunks); its sha256."""
+        return await self.put_stream(file_source(path), name=name)
+
+    async def put_stream(self, source: ChunkSource, *, name: str | None = None) -> str:
+        """Store the bytes `source` makes, in chunks, carrying on after a dropped connection
+        without sending again the chunks already stored; their sha256.
+
+        Raises:
+            InvalidInput: `source` made different bytes the second time.
+            Unavailable: the store took nothing for minutes.
+        """
+        sha, size = hashlib.sha256(), 0
+        async for part in parts_of(source()):
+            sha.update(part)
+            size += len(memoryview(part).cast("B"))
+        digest = sha.hexdigest()
         key = name or digest
         if await self.info(key) is not None:
             return digest
         nuid = os.urandom(12).hex()
-        subject = self.layout.chunks(key, nuid)
-        js = self._bus.js
-        pending: list[asyncio.Future[Any]] = []
-        count = 0
-        for start in range(0, len(data), CHUNK):
-            pending.append(await js.publish_async(subject, data[start:start + CHUNK]))
-            count += 1
-            if len(pending) >= WINDOW:
-                await asyncio.gather(*pending)
-                pending.clear()
-        if pending:
-            await asyncio.gather(*pending)
-        meta = meta_record(key, self.layout.bucket, nuid, data, count)
-        await js.publish(self.layout.meta(key), json.dumps(meta).encode(),
-                         headers={"Nats-Rollup": "sub"}, timeout=10.0)
+        sent = hashlib.sha256()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for chunk in rechunk(source()):
+                sent.update(chunk)
+                yield chunk
+
+        count = await write_chunks(self._bus, self.layout.chunks(key, nuid), chunks())
+        if sent.digest() != sha.digest():
+            raise InvalidInput(f"object {key}: its bytes changed while they were stored")
+        meta = meta_record(key, self.layout.bucket, nuid, size, sha.digest(), count)
+        await self._bus.js.publish(self.layout.meta(key), json.dumps(meta).encode(),
+                                   headers={"Nats-Rollup": "sub"}, timeout=10.0)
         return digest
 
     async def get(self, name: str, *, digest: str | None = None) -> bytes:
@@ -140,13 +172,43 @@ class Objects:
             NotFound: there is no such object.
             InvalidInput: what was read does not match its digest.
         """
+        return b"".join([c async for c in self.get_stream(name, digest=digest)])
+
+    async def get_file(self, name: str, path: Path, *, digest: str | None = None) -> Path:
+        """Write the object to `path` as it is read (memory: a window of chunks); `path`
+        appears only once the whole object is there and matches its digest."""
+        partial = path.with_name(path.name + ".partial")
+        try:
+            with partial.open("wb") as fh:
+                async for chunk in self.get_stream(name, digest=digest):
+                    fh.write(chunk)
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
+        return path
+
+    async def get_stream(self, name: str, *, digest: str | None = None
+                         ) -> AsyncIterator[bytes]:
+        """The object's chunks as they are read; carries on from the last chunk after a
+        dropped connection. The digest is checked once the last chunk is read: a caller
+        keeps nothing until the iteration ends without an error.
+
+        Raises:
+            NotFound: there is no such object.
+            InvalidInput: what was read does not match its digest or size.
+        """
         info = await self.info(name)
         if info is None:
             raise NotFound(f"object {name} not found")
         size, count, nuid = int(info.get("size") or 0), int(info.get("chunks") or 0), \
             str(info.get("nuid") or "")
-        data = b"" if size == 0 else await self._chunks(self.layout.chunks(name, nuid), count)
-        actual = hashlib.sha256(data)
+        actual, read = hashlib.sha256(), 0
+        if size:
+            async for chunk in read_chunks(self._bus, self.layout.stream,
+                                           self.layout.chunks(name, nuid), count):
+                actual.update(chunk)
+                read += len(chunk)
+                yield chunk
         stored = str(info.get("digest") or "")
         if stored.upper().startswith(_DIGEST.upper()) and \
                 base64.urlsafe_b64decode(stored[len(_DIGEST):]) != actual.digest():
@@ -154,32 +216,8 @@ class Objects:
         expected = digest or (name if len(name) == 64 else None)
         if expected is not None and actual.hexdigest() != expected:
             raise InvalidInput(f"object {name} does not match its digest")
-        return data
-
-    async def _chunks(self, subject: str, count: int) -> bytes:
-        config = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE,
-                                    deliver_policy=api.DeliverPolicy.ALL,
-                                    inactive_threshold=30.0, filter_subject=subject,
-                                    mem_storage=True, max_waiting=1)
-        info = await create_ephemeral(self._bus, self.layout.stream, config, purpose="object")
-        name = str(info.name)
-        psub = await self._bus.js.pull_subscribe_bind(consumer=name, stream=self.layout.stream)
-        parts: list[bytes] = []
-        try:
-            while len(parts) < count:
-                try:
-                    msgs = await psub.fetch(min(256, count - len(parts)), timeout=5.0)
-                except TimeoutError:
-                    raise NotFound(f"object chunks on {subject}: {len(parts)} of {count} "
-                                   "are there") from None
-                parts += [bytes(m.data) for m in msgs]
-        finally:
-            try:
-                await psub.unsubscribe()
-            except Exception:
-                pass
-            await delete_consumer(self._bus, self.layout.stream, name)
-        return b"".join(parts)
+        if read != size:
+            raise InvalidInput(f"object {name} has {read} bytes, its record says {size}")
 
 
 async def objects(bus: Bus, bucket: str) -> Objects:
@@ -189,10 +227,16 @@ async def objects(bus: Bus, bucket: str) -> Objects:
         try:
             await bus.js.stream_info(store)
         except NotFoundError:
-            await bus.js.create_object_store(bucket)
+            await bus.js.create_object_store(bucket, replicas=bus.replicas)
     return Objects(bus, object_store_layout(bucket))
 
 
 def job_files(bus: Bus, study: str, job: str) -> Objects:
-    """One job's files: its workers' results and data-plane payloads."""
+    """One job's files: its workers' results (kept after the job)."""
     return Objects(bus, job_files_layout(study, job))
+
+
+def job_payloads(bus: Bus, study: str, job: str) -> Objects:
+    """One job's data-plane payloads over the inline limit (deleted after the job ended
+    and its grace passed: `cairn.coordinator.retention`)."""
+    return Objects(bus, job_files_layout(study, job, payloads=True))

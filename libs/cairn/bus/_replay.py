@@ -10,7 +10,9 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 import msgspec
+from nats.errors import ConnectionClosedError
 from nats.js import api
+from nats.js.errors import ServiceUnavailableError
 
 from cairn.bus._connection import Bus
 from cairn.bus._consumers import create_ephemeral, delete_consumer
@@ -84,8 +86,12 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
         while pending > 0:
             try:
                 msgs = await psub.fetch(min(batch, pending), timeout=wait)
-            except TimeoutError:
-                # A busy server, not the end of the history: a replay that stopped here would
+            except ConnectionClosedError:
+                raise Unavailable(f"replay of {stream}: the connection to NATS is closed "
+                                  f"({bus.lost_reason or 'closed'})") from None
+            except (TimeoutError, ServiceUnavailableError):
+                # A busy server (or, in a cluster, one that died under this consumer), not
+                # the end of the history: a replay that stopped here would
                 # fold a shorter past (a service's state at start, a test's proof) and say
                 # nothing. Read on from the last message yielded, on a consumer made afresh
                 # (what a late delivery to the timed-out fetch took is read again, not lost),

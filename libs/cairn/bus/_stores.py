@@ -93,5 +93,6 @@ async def kv(bus: Bus, bucket: str, type_: type[T], *, history: int = 1,
     try:
         handle = await bus.js.key_value(bucket)
     except (BucketNotFoundError, NotFoundError):
-        handle = await bus.js.create_key_value(bucket=bucket, history=history, ttl=ttl)
+        handle = await bus.js.create_key_value(bucket=bucket, history=history, ttl=ttl,
+                                               replicas=bus.replicas)
     return KV(handle, type_, bucket=bucket, on_undecodable=on_undecodable, bus=bus)

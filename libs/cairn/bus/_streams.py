@@ -10,7 +10,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from cairn.subjects import StreamSpec
 
 
-def stream_config(spec: StreamSpec) -> api.StreamConfig:
+def stream_config(spec: StreamSpec, replicas: int = 1) -> api.StreamConfig:
     return api.StreamConfig(
         name=spec.name,
         description=spec.description or None,
@@ -24,12 +24,14 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         deny_purge=spec.deny_purge,
         allow_direct=True,
         allow_rollup_hdrs=spec.allow_rollup,
+        num_replicas=replicas,
     )
 
 
-async def ensure_stream(js: Any, spec: StreamSpec) -> None:
-    """Create the stream, or bring an existing one to the spec (subjects, limits)."""
-    config = stream_config(spec)
+async def ensure_stream(js: Any, spec: StreamSpec, replicas: int = 1) -> None:
+    """Create the stream with `replicas` copies, or bring an existing one to the spec
+    (subjects, limits; its replicas are the operator's once it exists)."""
+    config = stream_config(spec, replicas)
     try:
         info = await js.stream_info(spec.name)
     except NotFoundError:
@@ -46,4 +48,5 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> None:
             or bool(current.deny_delete) != spec.deny_delete
             or bool(current.deny_purge) != spec.deny_purge
             or bool(current.allow_rollup_hdrs) != spec.allow_rollup):
+        config.num_replicas = current.num_replicas
         await js.update_stream(config)

@@ -76,3 +76,41 @@ def sign_cancel_cmd(job: str, study: str | None, reason: str, creds: str | None)
     envelope = api_types.Envelope(request=api_types.JobCancel(job=job, reason=reason),
                                   study=name)
     sys.stdout.buffer.write(RequestSigner.from_creds(_creds(creds)).sign(envelope) + b"\n")
+
+
+@api.command("sign-submit", help="""Pack the job spec's code into --bundle and print a signed
+request to submit the job, naming that bundle by its sha256: the two parts of
+`POST /v1/studies/<study>/submit` (`envelope` and `bundle`). Your signature covers the code;
+the request is valid for a minute and once.""")
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False))
+@click.option("--bundle", "bundle_out", type=click.Path(dir_okay=False), required=True,
+              help="Where to write the packed code bundle.")
+@click.option("--set", "sets", multiple=True, metavar="params.KEY=VALUE",
+              help="Set a job parameter (repeatable), as `cairn job submit --set`.")
+@click.option("--study", envvar="CAIRN_STUDY", default=None,
+              help="The study (default: the spec's `study:`, $CAIRN_STUDY, the context file).")
+@click.option("--creds", type=click.Path(dir_okay=False), default=None,
+              help="Credentials file (default: $CAIRN_CREDS, else the context file).")
+def sign_submit_cmd(spec: str, bundle_out: str, sets: tuple[str, ...], study: str | None,
+                    creds: str | None) -> None:
+    from pathlib import Path
+
+    from cairn import codebundle
+    from cairn.client.jobrequest import request_of_spec
+    from cairn.names import check_name
+    from cairn.spec.job import load_job_spec
+    from cairn.spec.params import apply_sets
+    from cairn.trust.requests import RequestSigner
+
+    job = apply_sets(load_job_spec(spec), sets, file=spec)
+    name = job.study or study or _context().study
+    if not name:
+        raise InvalidInput("no study: give the spec a `study:`, pass --study or set "
+                           "CAIRN_STUDY", field="study")
+    check_name(name, "study")
+    packed = codebundle.pack(job.code)
+    envelope = api_types.Envelope(request=api_types.Submit(spec=request_of_spec(
+        job, packed.digest)), study=name)
+    signed = RequestSigner.from_creds(_creds(creds)).sign(envelope)
+    Path(bundle_out).write_bytes(packed.data)
+    sys.stdout.buffer.write(signed + b"\n")

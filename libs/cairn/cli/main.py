@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "down": ("cairn.cli.up:down", "Stop the embedded federation started by `cairn up`."),
     "clean": ("cairn.cli.clean:clean", "Remove a stopped embedded federation's state (.cairn)."),
     "sim": ("cairn.cli.sim:sim", "Run a job on N simulated sites of this machine."),
+    "sim-sites": ("cairn.cli.simsites:sim_sites",
+                  "Drive one coordinator with N simulated sites and check it."),
     "demo": ("cairn.cli.demo:demo", "Start a federation, run the demo job, print the timeline."),
     "run": ("cairn.cli.run:run", "Run one or several services in one process."),
     "deadletter": ("cairn.cli.deadletter:deadletter", "Inspect and redrive dead-lettered events."),

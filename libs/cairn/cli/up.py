@@ -22,6 +22,7 @@ from cairn.runtime.embedded import (
 )
 from cairn.runtime.secure import INSECURE_WARNING
 from cairn.runtime.supervise import Supervisor, remember_port, remembered_port
+from cairn.runtime.watchdog import Watchdog
 
 
 @click.command(help="""Start an embedded federation: a private nats-server with JetStream, the
@@ -29,7 +30,7 @@ coordinator, and for a hub and two sites an agent and a launcher (one process pe
 
 Writes the context file (.cairn/context.yaml or $CAIRN_CONTEXT) that every other command
 reads, prints where everything runs, and stops it all on Ctrl-C or `cairn down`.
-A parent or the nats-server that dies is restarted, with backoff and a line saying so;
+A parent, a leaf node or the nats-server that dies is restarted, with backoff and a line saying so;
 an existing --dir keeps the NATS port it had (docs/operate-embedded.md).
 With --check it starts, waits until every service is healthy, prints how long that took,
 stops, and exits 0.
@@ -39,7 +40,12 @@ the running one's pid and NATS URL, and changes nothing of it.
 
 Secure by default: TLS, a throwaway PKI and one credential per participant under
 DIR/trust (kits in DIR/trust/kits), and the authority deciding what each may do at the
-broker. --insecure turns all of that off, for development only, and says so on every start.""")
+broker. --insecure turns all of that off, for development only, and says so on every start.
+
+--cluster N runs N nats-servers on loopback routed into one cluster (TLS between them too,
+the authority's callout on each), gives every client all N URLs so it fails over, and keeps
+min(3, N) copies of every stream and bucket ($CAIRN_REPLICAS overrides); a member that dies
+is restarted on its same ports while the others serve (docs/scale.md).""")
 @click.option("--dir", "dir_", type=click.Path(path_type=Path), default=Path(".cairn"),
               show_default=True, help="Configs, stores and logs live here (kept between runs).")
 @click.option("--site", "sites", multiple=True, help="Site names; the first is the hub. "
@@ -57,8 +63,24 @@ broker. --insecure turns all of that off, for development only, and says so on e
                    "(default: when the `api` extra is installed).")
 @click.option("--api-port", type=int, default=0,
               help="The HTTP API's port (default: a free one; the context file says which).")
+@click.option("--cluster", "cluster", type=click.IntRange(1, 7), default=1, show_default=True,
+              metavar="N", help="nats-servers in one cluster (3 survives the loss of any one; "
+                                "1: a single server). Secure only.")
+@click.option("--leaf-sites", is_flag=True,
+              help="Give every site but the hub its own leaf-node nats-server that dials the "
+                   "federation with the site's credential; the site's parent connects to it "
+                   "(docs/scale.md, \"Sites on leaf nodes\"). Not with --insecure.")
+@click.option("--standby", is_flag=True,
+              help="Also run a standby coordinator, validator and signer that wait behind "
+                   "their leases and take over within seconds when the active ones die or "
+                   "hang (docs/scale.md).")
+@click.option("--payload-grace", "payload_grace", type=click.FloatRange(min=0), default=None,
+              metavar="SECONDS",
+              help="How long a job's data-plane payloads outlive the job before the "
+                   "coordinator deletes them (default 3600; docs/scale.md).")
 def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
-       timeout: float, insecure: bool, api: bool | None, api_port: int) -> None:
+       timeout: float, insecure: bool, api: bool | None, api_port: int, cluster: int,
+       leaf_sites: bool, standby: bool, payload_grace: float | None) -> None:
     from cairn.names import check_name
 
     for s in (*sites, study):
@@ -69,7 +91,20 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
                                "'cairn[api]', or `make install`)")
     fed = EmbeddedFederation(dir=dir_, sites=sites or DEFAULT_SITES, study=study,
                              port=port or remembered_port(dir_), secure=not insecure,
-                             api=api_installed() if api is None else api, api_port=api_port)
+                             api=api_installed() if api is None else api, api_port=api_port,
+                             cluster_size=cluster, standby=standby)
+    if cluster > 1 and insecure:
+        raise click.UsageError("--cluster runs only secure (TLS between the servers, the "
+                               "authority on each): drop --insecure")
+    if leaf_sites and insecure:
+        raise click.UsageError("--leaf-sites needs the secure federation (a leaf node dials "
+                               "out with its site's credential): drop --insecure")
+    if leaf_sites and cluster > 1:
+        raise click.UsageError("--leaf-sites with --cluster is not supported yet (a leaf "
+                               "dials one server): choose one")
+    fed.leaf_sites = leaf_sites
+    if payload_grace is not None:
+        fed.hub_options["payload_grace_s"] = f"{payload_grace:g}"
     if insecure:
         click.echo(INSECURE_WARNING, err=True)
     stopping = {"flag": False}
@@ -94,7 +129,8 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
             return
         path = fed.write_context()
         _print_where(fed, path, total)
-        supervisor = Supervisor(fed, say=lambda line: click.echo(line, err=True))
+        supervisor = Supervisor(fed, say=lambda line: click.echo(line, err=True),
+                                watchdog=Watchdog(fed))
         while True:
             supervisor.check()
             time.sleep(0.5)
@@ -110,7 +146,8 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
 def _print_where(fed: EmbeddedFederation, path: Path, took: float) -> None:
     assert fed.nats is not None
     click.echo(f"Cairn federation up in {took:.2f}s (Ctrl-C or `cairn down` stops it)")
-    click.echo(f"  nats        {fed.nats.url}  (monitor {fed.nats.monitor_url})")
+    for member in fed.nats_members():
+        click.echo(f"  nats        {member.url}  (monitor {member.monitor_url})")
     click.echo(f"  context     {path}")
     if fed.api_url:
         click.echo(f"  api         {fed.api_url}/v1  dashboard {fed.api_url}/  "

@@ -22,15 +22,14 @@ async def fetch_results(bus: Bus, job: JobState, dest: str | Path) -> list[Path]
         folder = Path(dest) / label
         folder.mkdir(parents=True, exist_ok=True)
         for f in result.files:
+            # Only the base name: a worker cannot write outside the result folder.
+            path = folder / (Path(f.name).name or f.digest)
             try:
-                data = await store.get(f.digest, digest=f.digest)
+                await store.get_file(f.digest, path, digest=f.digest)  # streamed to disk
             except NotFound:
                 # Jobs run before job files existed kept results in the study's artifacts.
                 older = older or await objects(bus, subjects.obj_artifacts(job.study))
-                data = await older.get(f.digest, digest=f.digest)
-            # Only the base name: a worker cannot write outside the result folder.
-            path = folder / (Path(f.name).name or f.digest)
-            path.write_bytes(data)
+                await older.get_file(f.digest, path, digest=f.digest)
             written.append(path)
         if result.value is not None:
             path = folder / "result.json"

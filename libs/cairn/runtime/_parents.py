@@ -11,18 +11,21 @@ from cairn.runtime.embedded import EmbeddedFederation, Process  # imported from 
 from cairn.runtime.forked import fork_zygote
 
 
-def spawn_grouped(fed: EmbeddedFederation) -> None:
-    """Parents that serve `sites_per_process` sites each, every site as its own identity."""
+def spawn_grouped(fed: EmbeddedFederation, *, services: tuple[str, ...] | None = None,
+                  options: dict[str, str] | None = None, prefix: str = "sites") -> None:
+    """Parents that serve `sites_per_process` sites each, every site as its own identity,
+    running `services` (default: the federation's site services) with `options`."""
     from cairn.runtime.sites import parent_plans, write_plan
 
     assert fed.nats is not None
     (fed.dir / "plans").mkdir(exist_ok=True)
+    services = fed.site_services if services is None else services
     plans = parent_plans(fed.sites[1:], fed.sites_per_process, fed.site_config,
-                         services=fed.site_services, nats_url=fed.nats.url,
+                         services=services, nats_url=fed.nats_url,
                          trust=fed.trust, heartbeat_s=fed.heartbeat_s,
-                         options=fed.site_options)
+                         options=fed.site_options if options is None else options)
     for index, plan in enumerate(plans, 1):
-        name = f"sites-{index}"
+        name = f"{prefix}-{index}"
         path = write_plan(fed.dir / "plans" / f"{name}.json", plan)
         log = fed.dir / "logs" / f"{name}.log"
         with open(log, "ab") as out:
@@ -31,7 +34,7 @@ def spawn_grouped(fed: EmbeddedFederation) -> None:
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=fed._env(),
                 start_new_session=True)
         group = tuple(s.site for s in plan.sites)
-        fed.processes.append(Process(name, group[0], fed.site_services, proc, log,
+        fed.processes.append(Process(name, group[0], services, proc, log,
                                      more_sites=group[1:]))
 
 

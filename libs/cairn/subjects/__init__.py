@@ -56,6 +56,7 @@ from cairn.subjects._streams import (
     EVIDENCE_STREAM,
     FEDERATION_STREAM,
     GLOBAL_STREAMS,
+    KV_LEASES,
     KV_NONCES,
     KV_SITES,
     OBJ_EVIDENCE,
@@ -77,7 +78,8 @@ from cairn.subjects.table import JS_API, ROOT
 
 __all__ = [
     "DEADLETTER_STREAM", "EVIDENCE_STREAM", "FEDERATION_STREAM", "GLOBAL_STREAMS", "JS_API",
-    "KV_NONCES", "KV_SITES", "OBJ_EVIDENCE", "OBJ_SNAPSHOTS", "ROOT", "STUDY_STREAM_PREFIX",
+    "KV_LEASES", "KV_NONCES", "KV_SITES", "OBJ_EVIDENCE", "OBJ_SNAPSHOTS", "ROOT",
+    "STUDY_STREAM_PREFIX",
     "ApiAddress", "StreamSpec", "api_fed", "api_fed_all", "api_study", "api_study_all",
     "api_validation", "data", "data_all", "data_stream", "deadletter", "evidence",
     "evidence_filter", "fed", "files_all", "files_prefix", "files_stream", "health",

@@ -74,6 +74,8 @@ GLOBAL_STREAMS = (FEDERATION_STREAM, EVIDENCE_STREAM, DEADLETTER_STREAM)
 
 KV_SITES = "sites"
 KV_NONCES = "nonces"
+KV_LEASES = "leases"
+"""One key per leased service kind: who is active now (`cairn.bus.Lease`)."""
 OBJ_EVIDENCE = "evidence"
 OBJ_SNAPSHOTS = "snapshots"
 """Snapshots too large to ride inline in `site.snapshot` (and those a validation evaluated),

@@ -89,6 +89,10 @@ class Role(StrEnum):
     """An outside system reading one study's events (`cairn provision reader`)."""
     DATA_READER = "data-reader"
     """A reader also allowed the study's data plane and job files (`--data`)."""
+    API = "api"
+    """The HTTP API service (`cairn.httpapi`): reads every study and the federation's facts
+    to answer each caller with what that caller may read, and passes on the callers' own
+    signed submit and cancel requests. It writes no event and signs no request."""
 
 
 class Scope(StrEnum):
@@ -224,6 +228,9 @@ _WORKER_EVENTS = (WorkerProgress, WorkerMetric, WorkerResult)
 _ADMINS = (by(Role.ADMIN, study=Scope.MEMBER), by(Role.PROJECT_ADMIN))
 _SITE_ADMINS = (by(Role.ADMIN, site=Scope.MEMBER), by(Role.PROJECT_ADMIN))
 
+_HEALTH_ASKERS = (by(Role.ADMIN), by(Role.PROJECT_ADMIN), by(Role.COORDINATOR),
+                  _own(Role.AGENT, "site", member_study=False))
+
 SUBJECTS: tuple[Subject, ...] = (
     # -- a study's stream -----------------------------------------------------------------
     _row("study.admin", f"{ROOT}.study.{{study}}.admin.{{verb}}", "event", _COORD,
@@ -290,6 +297,10 @@ SUBJECTS: tuple[Subject, ...] = (
     _row("api.study", f"{ROOT}.api.study.{{study}}.{{verb}}", "request",
          (*_ADMINS, by(Role.VALIDATOR)), readers=_COORD, verbs=(),
          doc="a study's verbs (submit, cancel, show, membership), signed"),
+    _row("api.study.http", f"{ROOT}.api.study.{{study}}.{{verb}}", "request",
+         (by(Role.API),), verbs=("submit", "cancel"),
+         doc="the HTTP API passing on a caller's own signed submit or cancel (the "
+             "coordinator checks the caller's signature; the API's own would be refused)"),
     _row("api.check-jobs", f"{ROOT}.api.study.validation.{{verb}}", "request",
          (by(Role.SNAPSHOTTER),), readers=_COORD, verbs=("submit", "job", "jobs"),
          doc="a site's node-collection jobs onto itself (checked again by the coordinator)"),
@@ -309,11 +320,15 @@ SUBJECTS: tuple[Subject, ...] = (
     _row("api.validation", f"{ROOT}.api.validation.{{verb}}", "request",
          (by(Role.PROJECT_ADMIN),), readers=(by(Role.VALIDATOR),), verbs=(),
          doc="start a validation run"),
-    _row("health", f"{ROOT}.health.{{service}}.{{site}}", "request",
-         (by(Role.ADMIN), by(Role.PROJECT_ADMIN), by(Role.COORDINATOR),
-          _own(Role.AGENT, "site", member_study=False)),
+    _row("health", f"{ROOT}.health.{{service}}.{{site}}", "request", _HEALTH_ASKERS,
          readers=(by(Role.COORDINATOR), _own(Role.AGENT, "site", member_study=False)),
          verbs=(), doc="every service answers a ping (a site: only its own services)"),
+    _row("health.httpapi", f"{ROOT}.health.httpapi.{{site}}", "request", _HEALTH_ASKERS,
+         readers=(by(Role.API),), verbs=(), doc="the HTTP API answers its own ping"),
+    _row("js.stream-names", f"{JS_API}.STREAM.NAMES", "request",
+         (*(by(r) for r in SERVICES), by(Role.API)), verbs=(),
+         doc="the names of the streams: how the HTTP API finds a study made since it "
+             "started"),
     # -- KV and object-store writes ---------------------------------------------------------
     _row("kv.sites", "$KV.sites.{site}", "store",
          (_own(Role.AGENT, "site", member_study=False),), stream="KV_sites", verbs=(),
@@ -323,9 +338,13 @@ SUBJECTS: tuple[Subject, ...] = (
          verbs=(), doc="the launcher's durable launch records (reconcile after restart)"),
     _row("kv.nonces", "$KV.nonces.>", "store", _COORD, stream="KV_nonces", verbs=(),
          doc="used request nonces, until the request would have expired"),
+    *(_row(f"kv.lease.{r}", f"$KV.leases.{r}", "store", (by(r),), stream="KV_leases",
+           verbs=(), doc=f"the {r}'s lease: which of its instances is active (standby)")
+      for r in SERVICES),
     _row("obj.artifacts", "$O.artifacts_{study}.>", "store",
-         (*_ADMINS, by(Role.COORDINATOR)), stream="OBJ_artifacts_{study}", verbs=(),
-         doc="job code bundles, by sha256"),
+         (*_ADMINS, by(Role.COORDINATOR), by(Role.API)), stream="OBJ_artifacts_{study}",
+         verbs=(), doc="job code bundles, by sha256 (the HTTP API stores one only for a "
+                       "caller's signed submit naming its digest)"),
     _row("obj.snapshots", "$O.snapshots.>", "store",
          (by(Role.SNAPSHOTTER), by(Role.VALIDATOR)), stream="OBJ_snapshots", verbs=(),
          doc="snapshots too large to ride inline, by sha256"),
@@ -343,9 +362,13 @@ def _hub_reads() -> tuple[Read, ...]:
     return tuple(Read(by(r)) for r in SERVICES)
 
 
+_API_READ = Read(by(Role.API))
+"""The HTTP API's read of a whole stream: it narrows each answer to its caller's rights."""
+
+
 STREAMS: tuple[Stream, ...] = (
     Stream(STUDY, (f"{ROOT}.study.{{study}}.>",), "events",
-           (*_hub_reads(), *(Read(a) for a in _STUDY_READERS),
+           (*_hub_reads(), *(Read(a) for a in _STUDY_READERS), _API_READ,
             Read(_own(Role.WORKER, "study", "job"), f"{ROOT}.study.{{study}}.job.{{job}}.>")),
            doc="a study: admin, jobs, sites, workers"),
     Stream(DATA, (f"{ROOT}.data.{{study}}.>",), "events",
@@ -363,14 +386,14 @@ STREAMS: tuple[Stream, ...] = (
                         f"{ROOT}.site.*.config-loaded", f"{ROOT}.site.*.config-rejected",
                         f"{ROOT}.site.*.backend", f"{ROOT}.site.*.record-skipped",
                         f"{ROOT}.validation.>"), "events",
-           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN)),
+           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN)), _API_READ,
             *(Read(_own(r, "site", member_study=False), f"{ROOT}.site.{{site}}.*")
               for r in (Role.AGENT, Role.LAUNCHER, Role.SNAPSHOTTER)),
             # Who the federation's sites and admins are (the snapshotter names an admin).
             Read(by(Role.SNAPSHOTTER), f"{ROOT}.fed.>")),
            doc="federation seed, site facts, snapshots, drift, validation"),
     Stream(EVIDENCE, (f"{ROOT}.evidence.>",), "events",
-           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN))),
+           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN)), _API_READ),
            doc="signed evidence (deny delete, deny purge)"),
     Stream(DEADLETTER, (f"{ROOT}.deadletter.>",), "events",
            (*_hub_reads(), Read(by(Role.PROJECT_ADMIN))),
@@ -383,15 +406,17 @@ STREAMS: tuple[Stream, ...] = (
            doc="one site's launch records"),
     Stream("KV_nonces", ("$KV.nonces.>",), "kv", (Read(by(Role.COORDINATOR)),),
            doc="used request nonces"),
+    Stream("KV_leases", ("$KV.leases.>",), "kv", _hub_reads(),
+           doc="which instance of each federation service is active"),
     Stream("OBJ_artifacts_{study}", ("$O.artifacts_{study}.C.>", "$O.artifacts_{study}.M.>"),
            "object", (*_hub_reads(), Read(_own(Role.LAUNCHER, member_study=True)),
                       *(Read(a) for a in _ADMINS)),
            doc="a study's job code bundles"),
     Stream("OBJ_snapshots", ("$O.snapshots.C.>", "$O.snapshots.M.>"), "object",
-           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN))),
+           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN)), _API_READ),
            doc="large snapshots"),
     Stream("OBJ_evidence", ("$O.evidence.C.>", "$O.evidence.M.>"), "object",
-           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN))),
+           (*_hub_reads(), Read(by(Role.ADMIN)), Read(by(Role.PROJECT_ADMIN)), _API_READ),
            doc="evidence bundles"),
 )
 
@@ -441,7 +466,7 @@ class Holder:
     """What an identity's scopes bind to, now (pure data: no credentials, no I/O).
 
     Attributes:
-        kind: The identity kind (`hub`, `site`, `admin`, `worker`, `reader`).
+        kind: The identity kind (`hub`, `site`, `admin`, `worker`, `reader`, `api`).
         roles: The roles it holds.
         site: Its own site (hub, site, worker).
         studies: The studies it belongs to now; None means every study.
@@ -477,7 +502,7 @@ def consumer_owner(kind: str, name: str, site: str = "") -> str:
     """
     if kind in ("site", "hub"):
         return site or name
-    mark = {"admin": "a", "worker": "w", "reader": "r"}.get(kind, "x")
+    mark = {"admin": "a", "worker": "w", "reader": "r", "api": "h"}.get(kind, "x")
     return f"{mark}~{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
@@ -557,6 +582,35 @@ def fill_with(pattern: str, tokens: Mapping[str, str], *, wildcards: bool = Fals
 def js_api(*tokens: str) -> str:
     """`$JS.API.<tokens...>`: every JetStream API subject Cairn uses or grants."""
     return ".".join((JS_API, *tokens))
+
+
+def reply_inbox(inbox: str, subject: str, token: str) -> str:
+    """The inbox a request on `subject` is answered on: the asker's own inbox (`inbox`, e.g.
+    `_INBOX.<key>`), the subject asked, and a token of this request.
+
+    Who may answer `subject` may publish on `reply_inboxes(subject)`: a replier behind a leaf
+    node cannot use the server's one-time response permission (it does not cross a leaf
+    link), and this names no inbox but those of requests made on a subject it answers."""
+    return f"{inbox}.{subject}.{token}"
+
+
+def reply_inboxes(subject: str) -> str:
+    """Every asker's inbox for requests on `subject` (a subject pattern): `reply_inbox`."""
+    return f"_INBOX.*.{subject}.*"
+
+
+JS_DOMAIN = "cairn"
+"""The federation's JetStream domain: how a client on a site's leaf node names the
+federation's JetStream (`$JS.cairn.API.>`) rather than its own server's."""
+
+
+def js_domain_api(subject: str) -> str:
+    """`$JS.API.<rest>` as a client on a leaf node sends it: `$JS.cairn.API.<rest>`; a
+    bucket write `$KV.<rest>` goes as `$JS.cairn.API.$KV.<rest>`."""
+    if subject.startswith("$KV."):
+        return f"$JS.{JS_DOMAIN}.API.{subject}"
+    assert subject.startswith(JS_API + ".")
+    return f"$JS.{JS_DOMAIN}.API" + subject.removeprefix(JS_API)
 
 
 def js_consumer_create(stream: str, name: str, filter_subject: str | None = None) -> str:

@@ -35,6 +35,11 @@ class Kind(StrEnum):
     ADMIN = "admin"  # a person (or program) acting for an admin
     WORKER = "worker"  # one worker of one job, for that job's lifetime
     READER = "reader"  # an outside system that reads one study's events (and data, if asked)
+    API = "api"  # the HTTP API service: reads for its callers, passes on their signed requests
+
+
+API_NAME = "api"
+"""The HTTP API service's identity (`Kind.API`) and its kit's folder: one per federation."""
 
 
 class Identity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -39,9 +39,11 @@ from cairn.subjects.table import (
     js_api,
     js_consumer,
     js_consumer_create,
+    js_domain_api,
     js_stream,
     obj_meta_subject,
     owned_names,
+    reply_inboxes,
 )
 from cairn.trust.credentials import Identity, Kind
 
@@ -79,13 +81,14 @@ _ROLES: dict[Kind, frozenset[Role]] = {
                          Role.LAUNCHER, Role.SNAPSHOTTER}),
     Kind.SITE: frozenset({Role.AGENT, Role.LAUNCHER, Role.SNAPSHOTTER}),
     Kind.WORKER: frozenset({Role.WORKER}),
+    Kind.API: frozenset({Role.API}),
 }
 
 
 def studies_of(identity: Identity, membership: Mapping[str, Membership]) -> list[str]:
     """The studies an identity belongs to, now."""
     match identity.kind:
-        case Kind.HUB:
+        case Kind.HUB | Kind.API:
             return sorted(membership)
         case Kind.SITE:
             return sorted(s for s, m in membership.items() if identity.site in m.sites)
@@ -116,6 +119,11 @@ def _holder(identity: Identity, membership: Mapping[str, Membership]) -> Holder:
         case Kind.HUB:
             return Holder(kind="hub", roles=_ROLES[Kind.HUB], site=identity.site,
                           studies=None, member_sites=None, owner=owner)
+        case Kind.API:
+            # Every study and site: the API answers each caller with what the caller may
+            # read (`cairn.httpapi.scope`), so it must see what any caller could.
+            return Holder(kind="api", roles=_ROLES[Kind.API], studies=None,
+                          member_sites=None, owner=owner)
         case Kind.SITE:
             return Holder(kind="site", roles=_ROLES[Kind.SITE], site=identity.site,
                           studies=tuple(studies), owner=owner)
@@ -167,6 +175,10 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
             pub += _expand(row.pattern, access, holder, row.verbs)
         for access in _mine(row.readers, holder):
             sub += _expand(row.pattern, access, holder, row.verbs)
+            if row.kind == "request":
+                # Its answers, on the asker's inbox for this subject (`reply_inbox`).
+                pub += [reply_inboxes(r) for r in _expand(row.pattern, access, holder,
+                                                            row.verbs)]
         if row.kind == "store" and row.stream:
             # Writing a bucket through JetStream's helpers looks up its stream first; an
             # object's writer also asks whether the object is there already.
@@ -215,6 +227,10 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
         # API, which covers every grant of it above.
         pub = [p for p in pub if not p.startswith((js_api(""), "$JS.ACK."))]
         pub += [js_api(">"), "$JS.ACK.>", "$JS.FC.>"]
+    if holder.kind == "site":
+        # A site's parent on its leaf node names the federation's JetStream by its domain
+        # (cairn.runtime.leaf): the same API calls, each under that name too.
+        pub += [js_domain_api(p) for p in pub if p.startswith((js_api(""), "$KV."))]
     return _unique(pub), _unique(sub)
 
 
@@ -278,6 +294,18 @@ def _embedded(pattern: str, placeholder: str) -> bool:
 def _wild(subject: str) -> str:
     """A token that holds a wildcard is a wildcard (`KV_launches_*` -> `*`)."""
     return ".".join("*" if "*" in t and t != "*" else t for t in subject.split("."))
+
+
+def covers(pattern: str, subject: str) -> bool:
+    """Whether the NATS `pattern` matches every subject `subject` does (`subject` may hold
+    wildcards itself): whether a right of `pattern` lets one subscribe to `subject`."""
+    pat, sub = pattern.split("."), subject.split(".")
+    for i, token in enumerate(pat):
+        if token == ">":
+            return len(sub) > i
+        if i >= len(sub) or sub[i] == ">" or token not in ("*", sub[i]):
+            return False
+    return len(pat) == len(sub)
 
 
 def _intersect(a: str, b: str) -> str | None:

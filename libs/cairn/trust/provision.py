@@ -6,6 +6,8 @@
     OUT/authority/    the authority's keys, roots.txt, revoked.json, ca.pem
     OUT/kits/<name>/  one startup kit per site and admin: <kind>.creds, ca.pem, kit.yaml,
                       README.md (a site's also signing.nk, to mint its workers' credentials)
+    OUT/kits/api/     the HTTP API service's own kit (`api.creds`: reads, and passes on
+                      callers' signed requests; no event, no request of its own)
 
 Run again with more sites or admins in federation.yaml and only the missing kits are made:
 nothing that exists is rewritten, so nothing else needs a restart. Distributed: a site runs
@@ -28,7 +30,7 @@ from cairn.errors import Conflict, InvalidInput, NotFound
 from cairn.names import check_name
 from cairn.spec.federation import Federation
 from cairn.trust import pki
-from cairn.trust.credentials import Identity, Kind, issue, verify_credential
+from cairn.trust.credentials import API_NAME, Identity, Kind, issue, verify_credential
 from cairn.trust.kitfiles import read_ca, read_pem, read_revoked, read_seed
 from cairn.trust.natsconfig import authority_keys as authority_keys
 from cairn.trust.natsconfig import write_nats_config as write_nats_config
@@ -90,6 +92,7 @@ def ensure_root(out: Path, federation: str, hosts: list[str]) -> str:
                                         federation=federation)
         pki.write_private(server / "server.key", key)
         (server / "server.pem").write_bytes(cert)
+    pki.write_route_cert(server, ca_dir, hosts, federation=federation)
     (server / "ca.pem").write_bytes(ca)
     auth = out / "authority"
     for name, kind in (("account", KeyKind.ACCOUNT), ("auth", KeyKind.USER),
@@ -109,6 +112,8 @@ def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,
     from cairn.trust.nkeyjwt import creds_file_text
 
     pki.write_private(kit / creds, creds_file_text(jwt, seed))
+    if identity.kind in (Kind.ADMIN, Kind.READER):
+        pki.write_client_cert(out / "ca", kit, identity.name, jwt, federation=federation)
     if signing_seed is not None:
         pki.write_private(kit / "signing.nk", signing_seed + "\n")
     (kit / "ca.pem").write_bytes(read_ca(out / "ca" / "ca.pem"))
@@ -124,10 +129,24 @@ def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,
     (kit / "context.yaml").write_text(yaml.safe_dump(context, sort_keys=False))
     extra = "- `signing.nk`: the site's key for its workers' credentials. Secret.\n" \
         if signing_seed else ""
+    if (kit / pki.CLIENT_CERT).exists():
+        extra += ("- `client.pem`, `client.key`: this identity's client certificate for the "
+                  "HTTP API's mutual TLS (docs/api.md). The key is secret.\n")
     (kit / "README.md").write_text(KIT_README.format(
         name=identity.name, kind=identity.kind.value, federation=federation, url=url,
         creds=creds, extra=extra, context=kit / "context.yaml"))
     return kit
+
+
+def _add_client_cert(out: Path, kit: Path, *, federation: str) -> None:
+    """An admin kit made before kits held client certificates gets one (a file added;
+    nothing there is rewritten)."""
+    creds = kit / f"{Kind.ADMIN.value}.creds"
+    if (kit / pki.CLIENT_CERT).exists() or not creds.is_file():
+        return
+    jwt, _ = read_creds_file(creds)
+    identity = verify_credential(jwt, read_roots_file(out / "root" / "root.pub")).identity
+    pki.write_client_cert(out / "ca", kit, identity.name, jwt, federation=federation)
 
 
 def _has_kit(out: Path, name: str, kinds: tuple[Kind, ...]) -> bool:
@@ -150,6 +169,22 @@ def _has_kit(out: Path, name: str, kinds: tuple[Kind, ...]) -> bool:
     return True
 
 
+def api_kit(out: Path, *, url: str, federation: str) -> Path:
+    """The HTTP API service's kit (`Kind.API`), made when missing.
+
+    Raises:
+        Conflict: a site or admin holds the name `api` (revocation is by name).
+    """
+    kit = out / "kits" / API_NAME
+    if _has_kit(out, API_NAME, (Kind.API,)):
+        return kit
+    root = read_seed(out / "root" / "root.nk")
+    seed = new_seed(KeyKind.USER)
+    identity = Identity(kind=Kind.API, name=API_NAME)
+    return _write_kit(out, identity, issue(identity, public_key(seed), root), seed, url=url,
+                      federation=federation)
+
+
 def provision(fed: Federation, out: Path, *, url: str, hosts: list[str], port: int,
               monitor_port: int = 0) -> list[Path]:
     """Write (or complete) the root of trust and every missing kit; returns new kits."""
@@ -168,12 +203,15 @@ def provision(fed: Federation, out: Path, *, url: str, hosts: list[str], port: i
                                url=url, federation=fed.federation, signing_seed=signing))
     for admin in fed.admins:
         if _has_kit(out, admin.name, (Kind.ADMIN,)):
+            _add_client_cert(out, out / "kits" / admin.name, federation=fed.federation)
             continue
         seed = new_seed(KeyKind.USER)
         identity = Identity(kind=Kind.ADMIN, name=admin.name, org=admin.org,
                             admin_role=str(admin.role))
         made.append(_write_kit(out, identity, issue(identity, public_key(seed), root), seed,
                                url=url, federation=fed.federation))
+    if fed.site(API_NAME) is None and not (out / "kits" / API_NAME).exists():
+        made.append(api_kit(out, url=url, federation=fed.federation))
     return made
 
 

@@ -265,6 +265,7 @@ def _write(root: Path, kit: Path, identity: Identity, jwt: str, seed: str, *, ur
     owner = consumer_owner(Kind.READER.value, identity.name)
     streams = reader_streams(identity.study, identity.data)
     pki.write_private(kit / CREDS, creds_file_text(jwt, seed))
+    pki.write_client_cert(root / "ca", kit, identity.name, jwt, federation=federation)
     (kit / "ca.pem").write_bytes((root / "ca" / "ca.pem").read_bytes())
     (kit / "roots.txt").write_text((root / "root" / "root.pub").read_text())
     meta: dict[str, Any] = {

@@ -13,9 +13,14 @@ Why it is correct and cheap:
   job's first message. Live messages that arrive meanwhile are held back and merged after the
   replay; every message is deduplicated by id, so each arrives once and in order.
 - Payloads that encode to more than the inline limit (1 MiB, or the server's max payload,
-  less room for the envelope) go to the object store `artifacts_<study>`: content-addressed
-  and chunked by the store. Only the reference (sha256, size) crosses the subject; the
-  receiver fetches it and checks the digest before decoding.
+  less room for the envelope) go to the job's payload store (`cairn.files.<study>.<job>.p.>`
+  in `FILES_<study>`): content-addressed and chunked. Only the reference (sha256, size)
+  crosses the subject; the receiver fetches it and checks the digest before decoding. The
+  coordinator deletes a job's payloads once it has ended and a grace has passed
+  (`cairn.coordinator.retention`); its results are kept.
+- A file or a dict of arrays (a model) sent with `send_file` / `send_arrays` streams: it is
+  never whole in memory on either end (`cairn.worker.streamed`), and the receiver reads it
+  from `Message.payload` (a `StoredPayload`) when it chooses.
 - Request/reply rides the same stored path, not NATS request/reply: a core request on a
   subject that a stream captures is answered by the stream's publish ack, not by the peer.
   A request carries a correlation id; the reply goes to the requester's own address.
@@ -30,94 +35,32 @@ import asyncio
 import contextlib
 import logging
 import time
-import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from cairn import subjects
-from cairn.bus import MSGPACK, Bus, Objects, Replayed, job_files, replay
+from cairn.bus import MSGPACK, Bus, ChunkSource, Objects, Replayed, job_payloads, replay
 from cairn.errors import CairnError, InvalidInput, Timeout
 from cairn.events.decoding import decode_with
 from cairn.names import check_name, new_event_id
+from cairn.worker.payloadcodec import NDARRAY_EXT as NDARRAY_EXT
+from cairn.worker.payloadcodec import decode_payload as decode_payload
+from cairn.worker.payloadcodec import encode_payload as encode_payload
+from cairn.worker.streamed import (
+    STREAMED_CODECS,
+    StoredPayload,
+    arrays_payload,
+    file_payload,
+)
 
 log = logging.getLogger("cairn.worker.dataplane")
 
 ONE_MIB = 1024 * 1024
 ENVELOPE_ROOM = 16 * 1024  # headers, ids and msgpack framing around an inline body
-NDARRAY_EXT = 1  # msgpack extension code of a numpy array
-
-
-# -- payload codec -------------------------------------------------------------------------
-
-def _numpy() -> Any:
-    # numpy is optional for the SDK: only code that sends arrays has it installed.
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
-
-
-def _enc_hook(obj: Any) -> Any:
-    np = _numpy()
-    if np is not None and isinstance(obj, np.ndarray):
-        if obj.dtype.kind not in "biufcmMSU":
-            raise InvalidInput(f"cannot send an array of dtype {obj.dtype} (only plain "
-                               "numeric, bool and string dtypes; objects would need pickle)")
-        # Not ascontiguousarray: it turns a 0-d array into a 1-d one.
-        arr = obj if obj.flags.c_contiguous else obj.copy(order="C")
-        header = msgspec.msgpack.encode((arr.dtype.str, list(arr.shape)))
-        data = len(header).to_bytes(4, "big") + header + arr.tobytes()
-        return msgspec.msgpack.Ext(NDARRAY_EXT, data)
-    if np is not None and isinstance(obj, np.generic):
-        return obj.item()
-    raise NotImplementedError(f"cannot send a {type(obj).__name__}: use bytes, numbers, "
-                              "strings, lists, dicts or numpy arrays")
-
-
-def _ext_hook(code: int, data: memoryview) -> Any:
-    if code != NDARRAY_EXT:
-        raise InvalidInput(f"unknown payload extension {code}")
-    np = _numpy()
-    if np is None:
-        raise InvalidInput("a numpy array arrived but numpy is not installed")
-    size = int.from_bytes(data[:4], "big")
-    dtype, shape = msgspec.msgpack.decode(data[4:4 + size], type=tuple[str, list[int]])
-    try:
-        with warnings.catch_warnings():
-            # A deprecated alias (`a`) is not what a sender of this version writes: garbage.
-            warnings.simplefilter("error", DeprecationWarning)
-            kind = np.dtype(dtype).kind
-        if kind not in "biufcmMSU":
-            raise InvalidInput(f"refusing an array of dtype {dtype}")
-        # A copy: frombuffer over the message would be read-only and pin the whole buffer.
-        return np.frombuffer(data[4 + size:], dtype=dtype).reshape(shape).copy()
-    except (TypeError, ValueError, SyntaxError, DeprecationWarning) as exc:
-        # A dtype numpy does not know (its parser raises SyntaxError for some, e.g. ","), a
-        # shape the bytes do not fill: garbage, not a crash.
-        raise InvalidInput(f"not an array: {exc}") from None
-
-
-_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_DECODER = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
-
-
-def encode_payload(payload: Any) -> tuple[str, bytes]:
-    """(codec, bytes) of a payload: `raw` for bytes, `msgpack` for everything else."""
-    if isinstance(payload, bytes | bytearray | memoryview):
-        return "raw", bytes(payload)
-    return "msgpack", _ENCODER.encode(payload)
-
-
-def decode_payload(codec: str, data: bytes) -> Any:
-    if codec == "raw":
-        return data
-    if codec == "msgpack":
-        return decode_with(_DECODER, data)
-    raise InvalidInput(f"unknown payload codec {codec!r}")
 
 
 # -- envelope ------------------------------------------------------------------------------
@@ -142,8 +85,9 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
 KINDS = ("msg", "request", "reply", "error")
 """What an envelope's `kind` may be: a message, a request, its reply, or the error raised
 while serving the request."""
-CODECS = ("raw", "msgpack")
-"""What an envelope's `codec` may be: the bytes sent as they are, or a MessagePack value."""
+CODECS = ("raw", "msgpack", *STREAMED_CODECS)
+"""What an envelope's `codec` may be: the bytes sent as they are, a MessagePack value, or a
+file or arrays streamed through the store (`cairn.worker.streamed`)."""
 
 
 def worker_address(study: str, job: str, role: str, rank: int, topic: str) -> str:
@@ -209,8 +153,10 @@ class DataPlane:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def start(self, replay_timeout: float = 10.0) -> None:
-        """Listen on this worker's addresses, then catch up on what was sent before."""
+    async def start(self, replay_timeout: float = 30.0) -> None:
+        """Listen on this worker's addresses, then catch up on what was sent before (within
+        `replay_timeout`: long enough for a cluster's stream to elect a new leader, about
+        10 s at worst here, while the read is asked again)."""
         await self.bus.ensure(subjects.data_stream(self.study))
         mine = [self.address(self.role, self.rank, "*"), self.broadcast_address("*")]
         for subject in mine:
@@ -284,7 +230,7 @@ class DataPlane:
 
     async def _objects(self) -> Objects:
         if self._store is None:
-            self._store = job_files(self.bus, self.study, self.job)
+            self._store = job_payloads(self.bus, self.study, self.job)
         return self._store
 
     async def _publish(self, subject: str, topic: str, payload: Any, *, kind: str = "msg",
@@ -301,6 +247,47 @@ class DataPlane:
                                      content_type=MSGPACK)
         return env.id
 
+    async def _publish_stored(self, subject: str, topic: str, codec: str,
+                              source: Any) -> str:
+        store = await self._objects()
+        digest = await store.put_stream(source)
+        info = await store.info(digest)
+        env = Envelope(id=new_event_id(), topic=topic, src_role=self.role, src_rank=self.rank,
+                       src_site=self.site, codec=codec, ref=digest,
+                       size=int((info or {}).get("size") or 0), sent_at=time.time())
+        await self.bus.publish_bytes(subject, _ENV_ENCODER.encode(env), msg_id=env.id,
+                                     content_type=MSGPACK)
+        return env.id
+
+    async def send_file(self, role: str, rank: int, topic: str,
+                        source: str | Path | ChunkSource) -> str:
+        """Send a file to one worker, streamed: read a block at a time, never whole. `source`
+        is its path, or a function making its bytes (called twice: digest, then send; a
+        generator or an async one, e.g. another payload's `chunks()`)."""
+        check_name(topic, "topic")
+        return await self._publish_stored(self.address(role, rank, topic), topic, "file",
+                                          file_payload(source))
+
+    async def send_arrays(self, role: str, rank: int, topic: str,
+                          arrays: Mapping[str, Any]) -> str:
+        """Send a dict of arrays (a model's state) to one worker, array by array, from the
+        arrays' own memory; the receiver calls `await msg.payload.arrays()`."""
+        check_name(topic, "topic")
+        return await self._publish_stored(self.address(role, rank, topic), topic, "arrays",
+                                          arrays_payload(arrays))
+
+    async def broadcast_file(self, topic: str, source: str | Path | ChunkSource) -> str:
+        """`send_file` to every other worker of the job (stored once, read by each)."""
+        check_name(topic, "topic")
+        return await self._publish_stored(self.broadcast_address(topic), topic, "file",
+                                          file_payload(source))
+
+    async def broadcast_arrays(self, topic: str, arrays: Mapping[str, Any]) -> str:
+        """`send_arrays` to every other worker of the job (stored once, read by each)."""
+        check_name(topic, "topic")
+        return await self._publish_stored(self.broadcast_address(topic), topic, "arrays",
+                                          arrays_payload(arrays))
+
     async def send(self, role: str, rank: int, topic: str, payload: Any) -> str:
         """Send to one worker (stored; delivered even if it starts listening later)."""
         check_name(topic, "topic")
@@ -314,6 +301,11 @@ class DataPlane:
     # -- receiving -----------------------------------------------------------------------
 
     async def _open(self, env: Envelope) -> Message:
+        if env.codec in STREAMED_CODECS and env.ref is not None:
+            stored = StoredPayload(await self._objects(), env.ref, env.size, env.codec)
+            return Message(topic=env.topic, payload=stored, sender_role=env.src_role,
+                           sender_rank=env.src_rank, sender_site=env.src_site, id=env.id,
+                           sent_at=env.sent_at, via_store=True)
         if env.ref is not None:
             # Objects.get checks the sha256: a corrupted or swapped object is refused.
             body = await (await self._objects()).get(env.ref, digest=env.ref)

@@ -239,9 +239,8 @@ class Worker:
         stored = []
         for f in files:
             path = Path(f)
-            data = await asyncio.to_thread(path.read_bytes)
-            digest = await store.put(data)
-            stored.append(ResultFile(name=path.name, digest=digest, size=len(data)))
+            digest = await store.put_file(path)  # streamed: a model need not fit in memory
+            stored.append(ResultFile(name=path.name, digest=digest, size=path.stat().st_size))
         event = WorkerResult(**self._who(), value=value, files=stored)
         await self.bus.publish(event)
         return event

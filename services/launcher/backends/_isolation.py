@@ -197,6 +197,8 @@ def _uid_problem(python: str, uids: range, workdir: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot be tried: {exc}"
     if done.returncode != 0:
-        return ("cannot start the interpreter or reach the site workdir: "
-                + (done.stderr or done.stdout).decode(errors="replace").strip()[-300:])
+        said = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
+        # The last line says why (a traceback's error line, where the probe had one).
+        return (f"cannot start {python} or reach the site workdir "
+                f"({said[-1][-200:] if said else f'exit {done.returncode}'})")
     return None

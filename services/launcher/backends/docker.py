@@ -200,6 +200,24 @@ class DockerBackend:
         self._start_watch(handle)
         return handle
 
+    async def find(self, launch_id: str) -> LaunchHandle | None:
+        """The container a launcher started for `launch_id` but never recorded (it died in
+        between), found by its `cairn.launch` label; None when there is none."""
+        found = await asyncio.to_thread(self._labelled, launch_id)
+        if found is None:
+            return None
+        workdir = self.root / "workers" / dir_name(launch_id)
+        cpuset = str((found.attrs.get("HostConfig") or {}).get("CpusetCpus") or "")
+        return LaunchHandle(launch_id=launch_id, backend=self.name, native_id=found.id,
+                            workdir=str(workdir), log_path=str(workdir / LOG_NAME),
+                            started_at=datetime.now(UTC),
+                            cpus=[int(c) for c in cpuset.split(",") if c.isdigit()])
+
+    def _labelled(self, launch_id: str) -> Any:
+        listed = self.client.containers.list(all=True, filters={"label": f"{LABEL}={launch_id}"})
+        # Checked here too: the filter is the engine's, the ownership claim is ours.
+        return next((c for c in listed if (c.labels or {}).get(LABEL) == launch_id), None)
+
     async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Its stdout and stderr: from the engine while it runs, from `worker.log` after."""
         def read(offset: int) -> Awaitable[bytes]:

@@ -233,6 +233,26 @@ class KubernetesBackend:
         self._start_watch(moved, pending_s, latest=pod)
         return moved
 
+    async def find(self, launch_id: str) -> LaunchHandle | None:
+        """The pod a launcher created for `launch_id` but never recorded (it died in
+        between), found by its launch label in the site's namespace (a study that names its
+        own namespace in study_runtime.yaml is not searched); None when there is none.
+
+        Raises:
+            CairnError: the API did not answer.
+        """
+        namespace = self.cluster.namespace
+        await self._pods.connect()
+        found = await self._pods.find(namespace, f"{LABEL_LAUNCH}={launch_label(launch_id)}")
+        pods = [p for p in found if owned_by(p, launch_id)]
+        if not pods:
+            return None
+        workdir = self.root / "workers" / dir_name(launch_id)
+        return LaunchHandle(launch_id=launch_id, backend=self.name,
+                            native_id=f"{namespace}/{pods[0]['metadata']['name']}",
+                            workdir=str(workdir), log_path=str(workdir / LOG_NAME),
+                            started_at=datetime.now(UTC))
+
     async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Its output: from the pod log API while the pod lives, from `worker.log` after."""
         def read(offset: int) -> Awaitable[bytes]:

@@ -114,6 +114,16 @@ class _Watch:
     exited: asyncio.Event | None = None  # set when it ends, where pidfds work
 
 
+def isolation_for(workdir: str | Path, *, python: str | None = None, sandbox: str = "auto",
+                  worker_uids: str = "auto", read_only: tuple[str, ...] | list[str] = (),
+                  protected: tuple[str, ...] | list[str] = ()) -> Isolation:
+    """The isolation a process backend with these settings gives its workers, probed here
+    (blocking: bwrap starts an interpreter, see `_isolation.choose`; its errors too)."""
+    root = Path(workdir).absolute()
+    return choose(sandbox, worker_uids, python=python or sys.executable, workdir=root,
+                  read_only=tuple(read_only), protected=Protected.of([*protected, root]))
+
+
 class ProcessBackend:
     """Workers as local processes.
 
@@ -131,6 +141,8 @@ class ProcessBackend:
         read_only: More host paths sandboxed workers may read.
         protected: Paths no worker may see (the launcher's credentials, its config, ...);
             the site workdir is always one.
+        isolation: What `isolation_for` settled for these same settings, where the caller
+            probed ahead (the launcher does, while its parent connects); else probed here.
     """
 
     name = "process"
@@ -149,6 +161,7 @@ class ProcessBackend:
         worker_uids: str = "auto",
         read_only: tuple[str, ...] | list[str] = (),
         protected: tuple[str, ...] | list[str] = (),
+        isolation: Isolation | None = None,
     ) -> None:
         self.root = Path(workdir).absolute()  # the sandbox mounts by absolute path
         self.grace_s = grace_s
@@ -171,9 +184,9 @@ class ProcessBackend:
         self._watches: dict[str, _Watch] = {}
         self._ended: dict[str, WorkerExit] = {}
         self._cpu_load: Counter[int] = Counter()
-        self.isolation: Isolation = choose(
-            sandbox, worker_uids, python=self.python, workdir=self.root,
-            read_only=tuple(read_only), protected=Protected.of([*protected, self.root]))
+        self.isolation: Isolation = isolation or isolation_for(
+            self.root, python=self.python, sandbox=sandbox, worker_uids=worker_uids,
+            read_only=read_only, protected=protected)
         self._uids = UidPool(self.isolation.uids) if self.isolation.uids else None
         self._zygote = (
             self._adopt_or_share_zygote()

@@ -99,9 +99,14 @@ spec:
             - {name: CAIRN_FEDERATION, value: /etc/cairn/federation.yaml}
             - {name: CAIRN_STATE_DIR, value: /var/lib/cairn}
             - {name: CAIRN_LOG_FORMAT, value: {{ $root.Values.logFormat | quote }}}
+            {{- include "cairn.replicasEnv" $root | nindent 12 }}
             {{- if not $root.Values.insecure }}
             - {name: CAIRN_TLS_CA, value: /etc/cairn/kit/ca.pem}
+            {{- if eq $name "httpapi" }}
+            - {name: CAIRN_CREDS, value: /etc/cairn/kit/api.creds}
+            {{- else }}
             - {name: CAIRN_CREDS, value: "/etc/cairn/kit/{{ $root.Values.hubSite }}.creds"}
+            {{- end }}
             {{- end }}
             {{- if $root.Values.tracing.otlpEndpoint }}
             - {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ $root.Values.tracing.otlpEndpoint | quote }}}
@@ -146,7 +151,11 @@ spec:
         {{- if not $root.Values.insecure }}
         - name: kit
           secret:
+            {{- if eq $name "httpapi" }}
+            secretName: {{ include "cairn.secret" (dict "key" "api.credentialsSecret" "what" "the secret with the HTTP API's own kit (kits/api)" "value" $root.Values.api.credentialsSecret) }}
+            {{- else }}
             secretName: {{ include "cairn.secret" (dict "key" "credentialsSecret" "what" "the secret with the hub's startup kit" "value" $root.Values.credentialsSecret) }}
+            {{- end }}
             defaultMode: 0400
         {{- end }}
         {{- if and (eq $name "signer") $root.Values.signer.keySecret }}
@@ -173,4 +182,9 @@ spec:
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+{{- end -}}
+
+{{/* CAIRN_REPLICAS for a process that creates streams: min(3, the cluster's servers). */}}
+{{- define "cairn.replicasEnv" -}}
+- {name: CAIRN_REPLICAS, value: {{ min 3 (int .Values.nats.cluster.replicas) | toString | quote }}}
 {{- end -}}

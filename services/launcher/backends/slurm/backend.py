@@ -49,6 +49,7 @@ from cairn.launcher.backends._workdir import (
     CONTROL_DIR,
     LOG_NAME,
     data_dir,
+    dir_name,
     prepare_workdir,
     read_chunk,
     remove_secrets,
@@ -212,6 +213,24 @@ class SlurmBackend:
             return self._finish(_Watch(handle=handle), status)
         self._start_watch(handle, status)
         return handle
+
+    async def find(self, launch_id: str) -> LaunchHandle | None:
+        """The job a launcher submitted for `launch_id` but never recorded (it died in
+        between), found by its ownership tag among the controller's jobs; None when there is
+        none (then it never reached Slurm, or ended long enough ago to be forgotten).
+
+        Raises:
+            SlurmUnavailable: the controller did not answer.
+        """
+        tag = TAG_PREFIX + launch_id
+        found = sorted((s for s in (await self.driver.jobs()).values() if s.comment == tag),
+                       key=lambda s: (not s.active, s.job_id))
+        if not found:
+            return None
+        workdir = self.root / "workers" / dir_name(launch_id)
+        return LaunchHandle(launch_id=launch_id, backend=self.name, native_id=found[0].job_id,
+                            workdir=str(workdir), log_path=str(workdir / LOG_NAME),
+                            started_at=datetime.now(UTC), memory_limit="slurm")
 
     async def logs(self, handle: LaunchHandle, *, follow: bool = False) -> AsyncIterator[bytes]:
         """The job's output (`worker.log` on the shared filesystem)."""
