@@ -1,6 +1,7 @@
 """A reply lost on the way (as when the authority renews a connection just as it is answered)
 costs a read one more ask and a write nothing it did not already do: a read is asked again,
-signed afresh, and a write is never sent twice (it may have been applied)."""
+signed afresh, and a write is never sent twice (it may have been applied). A request that
+nothing received ("nothing answers") is asked again, read or write, for a moment."""
 
 from __future__ import annotations
 
@@ -64,30 +65,37 @@ async def test_a_write_whose_reply_was_lost_is_not_sent_again(nats_server: NatsS
         await responder.close()
 
 
-async def test_a_read_waits_a_moment_for_a_service_that_reconnects(
-        nats_server: NatsServer) -> None:
-    """Nothing answers for a moment (a service reconnecting after its session was renewed):
-    a read asks until it does; a write says at once that nothing answers."""
-    client = Client(await Bus.connect(nats_server.url, name="reader"), study="demo",
+@pytest.mark.parametrize("request_", [api.StudyShow(), api.JobCancel(job="j-1")],
+                         ids=["read", "write"])
+async def test_a_request_waits_a_moment_for_a_service_that_reconnects(
+        nats_server: NatsServer, request_: api.Request) -> None:
+    """Nothing answers for a moment (a service reconnecting after its session was renewed, as
+    right after a study is created): a read or a write asks until it does, since "nothing
+    answers" means nothing received it; when nothing ever answers, that is the answer."""
+    client = Client(await Bus.connect(nats_server.url, name="asker"), study="demo",
                     request_timeout=2)
     later = await Bus.connect(nats_server.url, name="late-responder")
+    verb = api.verb_of(request_)
+    seen: list[bytes] = []
 
     async def answer(msg: object) -> None:
+        seen.append(msg.data)  # type: ignore[attr-defined]
         await later.nc.publish(msg.reply,  # type: ignore[attr-defined]
                                api.encode_result(api.StudyResult(study=StudyState(name="demo"))))
 
     async def come_back() -> None:
         await asyncio.sleep(0.5)
-        await later.nc.subscribe("cairn.api.study.demo.show", cb=answer)
+        await later.nc.subscribe(f"cairn.api.study.demo.{verb}", cb=answer)
         await later.nc.flush()
 
     try:
-        with pytest.raises(Unavailable):
-            await client.call_study(api.JobCancel(job="j-1"))
+        with pytest.raises(Unavailable, match="nothing answers"):
+            await client.call_study(request_)
         back = asyncio.ensure_future(come_back())
-        shown = await client.call_study(api.StudyShow())
+        answered = await client.call_study(request_)
         await back
-        assert isinstance(shown, api.StudyResult)
+        assert isinstance(answered, api.StudyResult)
+        assert len(seen) == 1, "asked until answered, and answered once"
     finally:
         await client.close()
         await later.close()

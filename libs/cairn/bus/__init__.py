@@ -7,7 +7,7 @@ bounded redelivery and dead letters, replay from a sequence or a time, KV and ob
 from cairn.bus import _lazyws  # noqa: F401, I001 - first: how nats is imported (see there)
 from cairn.bus._checked import decode_event
 from cairn.bus._claims import Claims, claims
-from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus
+from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus, NoResponders
 from cairn.bus._consume import Delivery, Handler, Subscription
 from cairn.bus._consumers import ConsumerNames
 from cairn.bus._lease import LEASE_HEADER, Lease, LeaseLost, LeaseRecord
@@ -24,6 +24,6 @@ from cairn.bus._stores import KV, kv
 
 __all__ = ["CONTENT_TYPE", "JSON", "KV", "LEASE_HEADER", "MSGPACK", "MSG_ID", "Bus", "ChunkSource",
            "Claims", "ConsumerNames", "Delivery", "Handler", "Lease", "LeaseLost", "LeaseRecord",
-           "Objects", "Replayed", "StoredMessage", "Subscription", "UndecodableRecord", "claims",
-           "decode_event", "file_source", "job_files", "job_payloads", "kv", "last_stored",
-           "objects", "replay", "report_skipped", "skipper"]
+           "NoResponders", "Objects", "Replayed", "StoredMessage", "Subscription",
+           "UndecodableRecord", "claims", "decode_event", "file_source", "job_files",
+           "job_payloads", "kv", "last_stored", "objects", "replay", "report_skipped", "skipper"]

@@ -55,6 +55,11 @@ _RETRYABLE = (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnav
               ConnectionClosedError, asyncio.TimeoutError, OSError)
 
 
+class NoResponders(Unavailable):
+    """Nothing was subscribed on a request's subject when it was published: the server
+    dropped it, so nothing received it (asking again cannot apply it twice)."""
+
+
 class Bus:
     """A connection to the federation's NATS server (the only holder of a `nats` client)."""
 
@@ -374,7 +379,7 @@ class Bus:
         try:
             msg = await self._ask(subject, payload, timeout, hdrs)
         except NoRespondersError:
-            raise Unavailable(f"nothing answers on {subject}: is the service running?") from None
+            raise NoResponders(f"nothing answers on {subject}: is the service running?") from None
         except ConnectionClosedError:
             raise Unavailable(f"the connection to NATS is closed; {subject} was not asked") \
                 from None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 from cairn import api, subjects
 from cairn import codebundle as bundle
 from cairn.api import FederationInfo, SiteInfo
-from cairn.bus import Bus, objects
+from cairn.bus import Bus, NoResponders, objects
 from cairn.client import deadletters
 from cairn.client.connect import connect as connect_bus
 from cairn.client.deadletters import DeadLetter, delete_message, get_message
@@ -59,8 +59,8 @@ R = TypeVar("R", bound=api.Result)
 __all__ = ["Client", "DeadLetter", "JobRequest", "LogChunk", "delete_message", "get_message"]
 
 
-REJOIN_S = 3.0
-"""How long a read keeps asking while nothing answers on its subject (a service reconnecting
+REJOIN_S = 5.0
+"""How long a request keeps asking while nothing answers on its subject (a service reconnecting
 after its session was renewed takes well under that); then "nothing answers" is the answer."""
 
 
@@ -142,13 +142,12 @@ class Client:
         """Send one typed request; return the reply's result or raise its typed error."""
         self.may_ask(f"`{api.verb_of(request)}` is a request to the federation's services")
         envelope = api.Envelope(request=request, actor=self.actor, study=study)
-        if type(request) not in api.READS:
-            data = await self._bus.request(subject, self._payload(envelope),
-                                           timeout=self.timeout)
-            return api.decode_reply(data, subject=subject)
-        # A read may be asked again (signed afresh: the same bytes would be a replay): once
-        # when its reply was lost, and for a moment while nothing answers, as while the
-        # service reconnects after the authority renewed its session.
+        read = type(request) in api.READS
+        # Asked again (signed afresh: the same bytes would be a replay) for a moment while
+        # nothing answers, as while the service reconnects after the authority renewed its
+        # session: "nothing answers" means nothing received it, so even a write is safe to
+        # send again. A read is also asked once more when its reply was lost; a write whose
+        # reply was lost may have been applied and is never sent twice.
         deadline = time.monotonic() + REJOIN_S
         retried = False
         while True:
@@ -157,11 +156,12 @@ class Client:
                                                timeout=self.timeout)
                 return api.decode_reply(data, subject=subject)
             except Timeout:
-                if retried:
+                if retried or not read:
                     raise
                 retried = True
-            except Unavailable:
-                if time.monotonic() >= deadline or _lost(self._bus):
+            except Unavailable as exc:
+                if (not read and not isinstance(exc, NoResponders)) \
+                        or time.monotonic() >= deadline or _lost(self._bus):
                     raise
                 await asyncio.sleep(0.1)
 
