@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from cairn.bus import Bus
+from cairn.bus import Bus, kv_bucket
 from cairn.subjects.table import SYS_CONNZ
 from cairn.trust.authority import Connection
 from cairn.trust.credentials import Identity
@@ -78,12 +78,7 @@ class Records:
         self._decoder = msgspec.json.Decoder(Record)
 
     async def open(self) -> None:
-        js = self._bus.js
-        try:
-            self._kv = await js.key_value(BUCKET)
-        except Exception:
-            self._kv = await js.create_key_value(bucket=BUCKET, history=1,
-                                                replicas=self._bus.replicas)
+        self._kv = await kv_bucket(self._bus, BUCKET)
 
     async def put(self, conn: Connection) -> None:
         await self._kv.put(key_of(conn.server_id, conn.client_id),

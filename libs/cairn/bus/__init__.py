@@ -20,10 +20,11 @@ from cairn.bus._poisoned import (
     skipper,
 )
 from cairn.bus._replay import Replayed, replay
-from cairn.bus._stores import KV, kv
+from cairn.bus._stores import KV, kv, kv_bucket
 
 __all__ = ["CONTENT_TYPE", "JSON", "KV", "LEASE_HEADER", "MSGPACK", "MSG_ID", "Bus", "ChunkSource",
            "Claims", "ConsumerNames", "Delivery", "Handler", "Lease", "LeaseLost", "LeaseRecord",
            "NoResponders", "Objects", "Replayed", "StoredMessage", "Subscription",
            "UndecodableRecord", "claims", "decode_event", "file_source", "job_files",
-           "job_payloads", "kv", "last_stored", "objects", "replay", "report_skipped", "skipper"]
+           "job_payloads", "kv", "kv_bucket", "last_stored", "objects", "replay",
+           "report_skipped", "skipper"]

@@ -19,7 +19,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, NoRespondersError, NoServersError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import (
+    APIError,
+    NoStreamResponseError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 
 from cairn import api, subjects, telemetry
 from cairn.bus import _lazyws
@@ -51,6 +56,9 @@ JSON = "application/json"
 MSGPACK = "application/msgpack"
 """Every message Cairn sends says what its payload is (docs/events.md): JSON for events,
 requests and replies, MessagePack for data-plane envelopes."""
+_FORMING = frozenset({10005, 10008, 10009, 10023, 10118})
+"""JetStream's answers while a cluster forms or elects: no suitable peers for placement yet,
+JetStream temporarily unavailable, not the leader, insufficient resources, stream offline."""
 _RETRYABLE = (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnavailableError,
               ConnectionClosedError, asyncio.TimeoutError, OSError)
 
@@ -432,6 +440,16 @@ class Bus:
 
     # -- retry --------------------------------------------------------------------------
 
+    async def setup(self, call: Callable[[], Awaitable[Any]], *, what: str,
+                    budget: float = 30.0) -> Any:
+        """`call` (making a stream or bucket, or finding it), asked again for `budget`
+        seconds while JetStream does not answer, as while a new cluster elects its leaders.
+
+        Raises:
+            Unavailable: it still did not answer after `budget` seconds.
+        """
+        return await self._retry(call, what=what, budget=budget)
+
     async def _retry(self, call: Callable[[], Awaitable[Any]], *, what: str,
                      budget: float = 30.0) -> Any:
         deadline = time.monotonic() + budget
@@ -439,7 +457,10 @@ class Bus:
         while True:
             try:
                 return await call()
-            except _RETRYABLE as exc:
+            except (*_RETRYABLE, APIError) as exc:
+                if isinstance(exc, APIError) and not isinstance(exc, _RETRYABLE) \
+                        and exc.err_code not in _FORMING:
+                    raise
                 if time.monotonic() + delay >= deadline:
                     raise Unavailable(f"{what}: NATS did not answer ({type(exc).__name__})") \
                         from None

@@ -224,10 +224,13 @@ async def objects(bus: Bus, bucket: str) -> Objects:
     """A NATS object store bucket (made by the hub, or the authority, where it is missing)."""
     store = subjects.obj_stream(bucket)
     if not bus.consumer_names.restricted:
-        try:
-            await bus.js.stream_info(store)
-        except NotFoundError:
-            await bus.js.create_object_store(bucket, replicas=bus.replicas)
+        async def find_or_make() -> None:
+            try:
+                await bus.js.stream_info(store)
+            except NotFoundError:
+                await bus.js.create_object_store(bucket, replicas=bus.replicas)
+
+        await bus.setup(find_or_make, what=f"the object store {bucket}")
     return Objects(bus, object_store_layout(bucket))
 
 

@@ -87,12 +87,22 @@ class KV(Generic[T]):
                 yield key, value
 
 
+async def kv_bucket(bus: Bus, name: str, *, history: int = 1,
+                    ttl: float | None = None) -> Any:
+    """The KV bucket `name` as the client library has it, made when absent; asked again
+    while JetStream does not answer (a new cluster electing its leaders)."""
+    async def find_or_make() -> Any:
+        try:
+            return await bus.js.key_value(name)
+        except (BucketNotFoundError, NotFoundError):
+            return await bus.js.create_key_value(bucket=name, history=history, ttl=ttl,
+                                                 replicas=bus.replicas)
+
+    return await bus.setup(find_or_make, what=f"the bucket {name}")
+
+
 async def kv(bus: Bus, bucket: str, type_: type[T], *, history: int = 1,
              ttl: float | None = None, on_undecodable: Skipper | None = None) -> KV[T]:
     """Open a KV bucket, creating it when absent (see `KV` for `on_undecodable`)."""
-    try:
-        handle = await bus.js.key_value(bucket)
-    except (BucketNotFoundError, NotFoundError):
-        handle = await bus.js.create_key_value(bucket=bucket, history=history, ttl=ttl,
-                                               replicas=bus.replicas)
+    handle = await kv_bucket(bus, bucket, history=history, ttl=ttl)
     return KV(handle, type_, bucket=bucket, on_undecodable=on_undecodable, bus=bus)

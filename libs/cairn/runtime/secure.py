@@ -152,11 +152,27 @@ def wait_authority(trust: Trust, proc: Polled, log: Path, timeout: float = 30.0)
     deadline = time.monotonic() + timeout
     while not ready.exists():
         if proc.poll() is not None:
-            raise Unavailable(f"the authority exited with {proc.returncode}; see {log}")
+            raise Unavailable(f"the authority exited with {proc.returncode}; see {log}"
+                              f"{last_words(log)}")
         if time.monotonic() > deadline:
             proc.kill()
             raise Unavailable(f"the authority was not ready after {timeout:g}s; see {log}")
         time.sleep(0.005)
+
+
+def last_words(log: Path, lines: int = 8, limit: int = 64 * 1024) -> str:
+    """What a process that exited last wrote to `log` (its last `lines` lines, read from
+    at most the last `limit` bytes), for the message that says it exited; "" if none."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - limit))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    last = [line[:500] for line in text.splitlines() if line.strip()][-lines:]
+    if not last:
+        return ""
+    return "; it last said:" + "".join(f"\n  {line}" for line in last)
 
 
 def start_authority(trust: Trust, url: str, federation_file: Path, env: dict[str, str],
