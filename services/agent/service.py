@@ -258,7 +258,7 @@ class AgentService:
 
         await self.bus.publish_core(subjects.heartbeat(self.site), encode(hb))
         try:
-            await self._sites_kv.put(self.site, hb)
+            await self._sites_kv.put(self.site, hb, timeout=0)
         except Exception as exc:
             log.debug("heartbeat KV put failed: %s", exc)
 

@@ -34,7 +34,7 @@ from cairn.events import (
     stamp,
     worker_ref,
 )
-from cairn.launcher import orphans
+from cairn.launcher import orphans, started
 from cairn.launcher.backends.base import (
     Backend,
     LaunchHandle,
@@ -299,7 +299,13 @@ class LauncherService:
                         f"coordinator did not deploy it to site {self.site}")
             return
         self.studies.forget(study, req.launch_id)  # a deploy command is used once
-        launch = await self.record(req)
+        try:
+            launch = await self.record(req)
+        except CairnError as exc:
+            # Folded already, so a redelivery is not a new launch: say it failed instead of
+            # leaving the job waiting for a worker nobody starts.
+            await started.not_started(self, req.launch_id, f"could not record it: {exc}")
+            return
         try:
             await self.studies.drop_stored(study, req.launch_id)
         except Exception as exc:  # a restart drops it: its launch id is recorded now
@@ -307,12 +313,13 @@ class LauncherService:
                         req.launch_id, exc)
         launching = WorkerLaunching(**self.event_base(launch, "launching", cause=req.id),
                                     backend=self.backend.name)
-        launch = await self.record(launching)
         try:
+            launch = await self.record(launching)
             await self.bus.publish(launching)
         except CairnError as exc:
             if await self.studies.recheck(study) is not False:
-                raise
+                await started.not_started(self, req.launch_id, f"could not say so: {exc}")
+                return
             # Removed from the study since the index last heard: nothing can be said there.
             await self.ends.unreportable(launch, f"its report was refused: site {self.site} "
                                                  f"is no longer in study {study} ({exc})")
@@ -340,15 +347,16 @@ class LauncherService:
                                 native_id=handle.native_id, allocation=WorkerAllocation(
                                     gpus=spec.gpus_asked, gpu_ids=list(spec.gpus),
                                     cpus=list(handle.cpus), memory_bytes=spec.memory_bytes))
-        if getattr(self.backend, "started", None) is not None:
-            # A backend whose worker may wait to start (a pod pending for a node): the handle
-            # is kept now, `worker.running` sent once the worker really runs.
-            launch = await self.record(launching, handle=handle)
-            self.watch(launch, handle, running=running)
-            return
-        launch = await self.record(running, handle=handle)
-        await self.bus.publish(running)
-        self.watch(launch, handle)
+        try:
+            await started.running(self, launching, running, handle)
+        except CairnError as exc:
+            # The worker runs: a failed record or report must not leave it unwatched (a
+            # redelivery of the request is no new launch), so both are tried again.
+            log.warning("worker %s started, but recording it failed (%s); retrying in the "
+                        "background", req.launch_id, exc)
+            assert self.rt is not None
+            self.rt.spawn(started.running_later(self, launching, running, handle),
+                          f"running:{req.launch_id}")
 
     def _trusted_code(self, study: str) -> bool:
         """study_runtime.yaml's `trusted_code` for the study (the file `_guard` just read)."""

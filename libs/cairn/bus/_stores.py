@@ -38,8 +38,22 @@ class KV(Generic[T]):
         self._bucket = bucket
         self._on_undecodable = on_undecodable
 
-    async def put(self, key: str, value: T) -> int:
-        return int(await self._kv.put(key, self._encoder.encode(value)))
+    async def put(self, key: str, value: T, *, timeout: float = 30.0) -> int:
+        """Store `value` under `key`; returns its revision.
+
+        Asked again for `timeout` seconds while JetStream does not answer (a cluster electing
+        the bucket's leader after a server died): a record a service writes before it acts
+        on it must not be lost to a few seconds' election. `timeout=0` tries once (a
+        heartbeat, outdated by the next one). The same value written twice is harmless.
+
+        Raises:
+            Unavailable: JetStream still did not answer.
+        """
+        data = self._encoder.encode(value)
+        if self._bus is None:
+            return int(await self._kv.put(key, data))
+        return int(await self._bus.setup(lambda: self._kv.put(key, data),
+                                         what=f"put {key} in {self._bucket}", budget=timeout))
 
     async def get(self, key: str) -> T | None:
         try:
@@ -60,8 +74,13 @@ class KV(Generic[T]):
                 await self._on_undecodable(record)
             return None
 
-    async def delete(self, key: str) -> None:
-        await self._kv.delete(key)
+    async def delete(self, key: str, *, timeout: float = 30.0) -> None:
+        """Delete `key` (asked again for `timeout` seconds, as `put`)."""
+        if self._bus is None:
+            await self._kv.delete(key)
+            return
+        await self._bus.setup(lambda: self._kv.delete(key),
+                              what=f"delete {key} in {self._bucket}", budget=timeout)
 
     async def keys(self) -> list[str]:
         """Every key with a value now (deleted and purged ones are not)."""

@@ -320,7 +320,7 @@ class SimulatedSiteService:
                        started_at=self.started_at)
         await self.bus.publish_core(subjects.heartbeat(self.site), encode(hb))
         try:
-            await self._sites_kv.put(self.site, hb)
+            await self._sites_kv.put(self.site, hb, timeout=0)
         except Exception as exc:
             log.debug("heartbeat KV put failed: %s", exc)
 
