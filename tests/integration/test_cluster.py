@@ -175,6 +175,8 @@ async def test_one_of_three_servers_killed_mid_job_loses_nothing(
         # The follower has what the stream holds once it got to the job's last event.
         async with asyncio.timeout(15):
             while not seen or seen[-1].seq < history[-1][0]:
+                # A follower that died raised what the client must not (not a CairnError).
+                assert not follower.done(), follower.exception()
                 await asyncio.sleep(0.05)
         follower.cancel()
     finally:

@@ -7,6 +7,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -99,6 +100,11 @@ class Bus:
         and a refused request otherwise just goes unanswered)."""
         self.reconnect_listeners: list[Callable[[], None]] = []
         """Called after every reconnect (rights may have changed: e.g. a study joined)."""
+        self.awaiting_rights: set[str] = set()
+        """Subjects subscribed ahead of the rights that will name them (a study just
+        created: the authority renews this connection within a moment, and the client
+        subscribes again then). Their refusal until the next reconnect is expected, not
+        warned of; after it, a refusal is a real one."""
         self._closing = False
         self.replicas = configured_replicas()
         """Copies of each stream, bucket and object store this connection creates
@@ -156,6 +162,8 @@ class Bus:
 
         async def reconnected() -> None:
             await note("reconnected")
+            if holder:
+                holder[0].awaiting_rights.clear()
             for listener in list(holder[0].reconnect_listeners if holder else ()):
                 listener()
 
@@ -187,7 +195,12 @@ class Bus:
                     "federation CA (the context's tls_ca, $CAIRN_TLS_CA or --tls-ca)"))
                 refusal.set()
             # The server refuses what an identity may not do without raising anywhere else.
-            if "permissions violation" in str(exc).lower():
+            sub = re.search(r'subscription to "?([^"\s]+)', str(exc), re.IGNORECASE)
+            if sub and holder and sub.group(1).lower() in {
+                    s.lower() for s in holder[0].awaiting_rights}:
+                log.info("the subscription to %s waits for this connection's renewed rights",
+                         sub.group(1))
+            elif "permissions violation" in text:
                 log.warning("nats refused: %s", exc)
                 if holder:
                     holder[0].refusals.append(str(exc).lower())

@@ -74,12 +74,20 @@ class Anchors:
         self.subs: dict[str, Any] = {}
         self._lock = asyncio.Lock()
 
-    async def sync(self, studies: Mapping[str, StudyState]) -> tuple[int, int]:
-        """Subscribe what is missing, unsubscribe what is no longer named; (added, dropped)."""
+    async def sync(self, studies: Mapping[str, StudyState], *,
+                   ahead: bool = False) -> tuple[int, int]:
+        """Subscribe what is missing, unsubscribe what is no longer named; (added, dropped).
+
+        `ahead`: membership changed since this connection was made, and its rights may not
+        name the new subjects yet (the authority renews it a moment after a study is
+        created); a refusal until then is expected, and the client subscribes again on
+        the renewal."""
         async with self._lock:
             want = {s for site in self.sites for s in anchored_subjects(site, studies, self.hub)}
             added = sorted(want - set(self.subs))
             dropped = sorted(set(self.subs) - want)
+            if ahead:
+                self.bus.awaiting_rights.update(added)
             for subject in added:
                 self.subs[subject] = await self.bus.subscribe_core(subject, _drop)
             for subject in dropped:
@@ -112,7 +120,7 @@ async def run(url: str, creds: str | None, tls_ca: str | None, sites: list[str],
     async def follow() -> None:
         while True:
             await changes.get()
-            added, dropped = await anchors.sync(watch.studies)
+            added, dropped = await anchors.sync(watch.studies, ahead=True)
             if added or dropped:
                 # Not "anchored ...": that line says a start is done (`_leafsites`).
                 log.info("membership changed: %d subjects more, %d dropped (%d in %d studies)",

@@ -14,6 +14,7 @@ service and its site, and whoever answers it is the active instance.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,9 @@ LEASED = frozenset({"coordinator", "validator", "signer"})
 """The service kinds that run once per federation, so behind a lease."""
 
 TTL_ENV = "CAIRN_LEASE_TTL_S"
+FIRST_WAIT_TTLS = 1.5
+"""At start, how many TTLs a process waits for its leases (all together) before its
+services stand by."""
 
 
 def lease_ttl(config: ServiceConfig) -> float:
@@ -68,15 +72,35 @@ class Standby:
         self.ttl_s = ttl_s
         self.lost = asyncio.Event()
         """Set when a lease this process held is gone: the process must exit."""
+        self._deadline: float | None = None
 
     async def start(self, service: Service, stop: asyncio.Event) -> None:
-        """Start `service` now if its lease is free, else wait for it in the background."""
+        """Start `service` now if its lease is free or frees within about one TTL (the
+        holder was stopped uncleanly: its lease expires unrenewed), else wait for it in the
+        background.
+
+        Waiting that long first keeps a restart in order: the service reads its start state
+        before the services started after it in this process (the hub's agent, whose first
+        heartbeat rewrites a record the coordinator reads) begin.
+        """
         lease = Lease(self.runtime.bus, service.name, ttl_s=self.ttl_s)
         self.runtime.leases[service.name] = lease
-        if await lease.try_acquire():
-            await self._begin(service, lease)
-        else:
-            self.runtime.spawn(self._wait(service, lease, stop), f"standby-{service.name}")
+        loop = asyncio.get_running_loop()
+        if self._deadline is None:  # one wait for all of this process's leases
+            self._deadline = loop.time() + self.ttl_s * FIRST_WAIT_TTLS
+        deadline = self._deadline
+        while True:
+            try:
+                if await lease.try_acquire():
+                    await self._begin(service, lease)
+                    return
+            except Exception as exc:  # the bus is slow or restarting: the wait asks again
+                log.warning("asking for the %s lease: %s", service.name, exc)
+            if stop.is_set() or loop.time() >= deadline:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.ttl_s / 6)
+        self.runtime.spawn(self._wait(service, lease, stop), f"standby-{service.name}")
 
     async def _wait(self, service: Service, lease: Lease, stop: asyncio.Event) -> None:
         if await lease.acquire(stop):
