@@ -184,6 +184,21 @@ async def test_cairn_up_again_on_the_same_dir_keeps_the_port(up: Up, tmp_path: P
         stop_up(again)
 
 
+async def test_a_second_signal_while_stopping_does_not_cut_the_stop_short(
+        up: Up, tmp_path: Path) -> None:
+    """Ctrl-C pressed again (or `cairn down` and a SIGTERM at once) while the federation
+    stops: the stop still finishes, and nothing of the federation is left running."""
+    await wait_context(up)
+    server = nats_pid(up.dir)
+    up.proc.send_signal(signal.SIGTERM)
+    up.proc.send_signal(signal.SIGINT)  # arrives while the first one's stop runs
+    up.proc.wait(60)
+    assert up.proc.returncode == 0, up.err()
+    assert "stopping..." in up.err()
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)  # its nats-server was stopped too (and reaped: it was a child)
+
+
 async def _wait_workers_running(client: Client, job_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -110,10 +110,15 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
     stopping = {"flag": False}
 
     def on_signal(signum: int, frame: object) -> None:
+        # Once: a second signal while the federation stops must not cut the stop short
+        # (that would leave nats-server and parents running, unowned).
+        if stopping["flag"]:
+            return
         stopping["flag"] = True
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         # No event loop runs yet: the parents can be forked from this process, which
         # imports them once instead of once per parent.

@@ -84,11 +84,13 @@ class StudyWatch:
     _subs: list[Any] = field(default_factory=list)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _renewed: asyncio.Event = field(default_factory=asyncio.Event)
+    _started: bool = False
 
     async def start(self) -> None:
         """Follow the known studies and every study stream there is, history first."""
         self.bus.reconnect_listeners.append(self._renewed.set)
         await self.rescan(set(self.studies))
+        self._started = True
 
     async def run(self, stop: asyncio.Event) -> None:
         """Look for new study streams on each renewal and every `RESCAN_S`, until `stop`."""
@@ -133,7 +135,12 @@ class StudyWatch:
                 log.warning("could not read study %s's stream (read again within %gs): %s",
                             study, RESCAN_S, exc)
 
-        self._subs.append(await self.bus.subscribe_core(subjects.study_admin_all(study), live))
+        subject = subjects.study_admin_all(study)
+        if self._started:
+            # Found after this connection was made: its rights may name the study only
+            # once the authority renews it (a moment after the study was created).
+            self.bus.awaiting_rights.add(subject)
+        self._subs.append(await self.bus.subscribe_core(subject, live))
 
     async def _catch_up(self, study: str, *, stored: bool = True,
                         want: str | None = None) -> None:
