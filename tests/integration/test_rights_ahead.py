@@ -28,8 +28,7 @@ async def test_a_subscription_ahead_of_its_rights_is_not_a_refusal_and_others_ar
         return None
 
     try:
-        bus.awaiting_rights.add(AHEAD)
-        await bus.subscribe_core(AHEAD, noop)
+        await bus.subscribe_core(AHEAD, noop, ahead=True)
         await bus.subscribe_core(FORBIDDEN, noop)
         # The two answers come in order: the second one's line proves the first's came.
         for _ in range(100):

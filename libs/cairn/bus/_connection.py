@@ -101,10 +101,8 @@ class Bus:
         self.reconnect_listeners: list[Callable[[], None]] = []
         """Called after every reconnect (rights may have changed: e.g. a study joined)."""
         self.awaiting_rights: set[str] = set()
-        """Subjects subscribed ahead of the rights that will name them (a study just
-        created: the authority renews this connection within a moment, and the client
-        subscribes again then). Their refusal until the next reconnect is expected, not
-        warned of; after it, a refusal is a real one."""
+        """Subjects (lowercased, as nats-py passes refusals on) subscribed ahead of the
+        rights that will name them: see `subscribe_core`."""
         self._closing = False
         self.replicas = configured_replicas()
         """Copies of each stream, bucket and object store this connection creates
@@ -196,8 +194,7 @@ class Bus:
                 refusal.set()
             # The server refuses what an identity may not do without raising anywhere else.
             sub = re.search(r'subscription to "?([^"\s]+)', str(exc), re.IGNORECASE)
-            if sub and holder and sub.group(1).lower() in {
-                    s.lower() for s in holder[0].awaiting_rights}:
+            if sub and holder and sub.group(1).lower() in holder[0].awaiting_rights:
                 log.info("the subscription to %s waits for this connection's renewed rights",
                          sub.group(1))
             elif "permissions violation" in text:
@@ -448,7 +445,14 @@ class Bus:
 
         return await self.nc.subscribe(subject, queue=queue, cb=on_msg)
 
-    async def subscribe_core(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Any:
+    async def subscribe_core(self, subject: str, cb: Callable[[Msg], Awaitable[None]], *,
+                             ahead: bool = False) -> Any:
+        """A plain subscription. `ahead`: this connection's rights may name `subject` only
+        once the authority renews it (a study just created: it does within a moment, and
+        the client subscribes again then), so a refusal until the next reconnect is
+        expected, not warned of; after it, a refusal is a real one."""
+        if ahead:
+            self.awaiting_rights.add(subject.lower())
         return await self.nc.subscribe(subject, cb=cb)
 
     # -- retry --------------------------------------------------------------------------

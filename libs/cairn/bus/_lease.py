@@ -158,9 +158,12 @@ class Lease:
                  self.ttl_s)
         return True
 
-    async def acquire(self, stop: asyncio.Event | None = None) -> bool:
-        """Wait until this process holds the lease (True), or `stop` is set (False)."""
+    async def acquire(self, stop: asyncio.Event | None = None, *,
+                      until: float | None = None) -> bool:
+        """Wait until this process holds the lease (True), or `stop` is set or the event
+        loop's clock passes `until` (False; asked at least once)."""
         said = False
+        loop = asyncio.get_running_loop()
         while stop is None or not stop.is_set():
             try:
                 if await self.try_acquire():
@@ -169,6 +172,8 @@ class Lease:
                 log.warning("asking for the %s lease: %s", self.service, exc)
             except Exception as exc:  # nats' own errors while the server restarts
                 log.warning("asking for the %s lease: %s", self.service, exc)
+            if until is not None and loop.time() >= until:
+                break
             if not said:
                 current = await self.current()
                 log.info("%s waits behind the lease held by %s", self.service,

@@ -135,12 +135,10 @@ class StudyWatch:
                 log.warning("could not read study %s's stream (read again within %gs): %s",
                             study, RESCAN_S, exc)
 
-        subject = subjects.study_admin_all(study)
-        if self._started:
-            # Found after this connection was made: its rights may name the study only
-            # once the authority renews it (a moment after the study was created).
-            self.bus.awaiting_rights.add(subject)
-        self._subs.append(await self.bus.subscribe_core(subject, live))
+        # Found after this connection was made: its rights may name the study only once
+        # the authority renews it (a moment after the study was created).
+        self._subs.append(await self.bus.subscribe_core(subjects.study_admin_all(study), live,
+                                                        ahead=self._started))
 
     async def _catch_up(self, study: str, *, stored: bool = True,
                         want: str | None = None) -> None:

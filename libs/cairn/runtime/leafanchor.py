@@ -86,10 +86,8 @@ class Anchors:
             want = {s for site in self.sites for s in anchored_subjects(site, studies, self.hub)}
             added = sorted(want - set(self.subs))
             dropped = sorted(set(self.subs) - want)
-            if ahead:
-                self.bus.awaiting_rights.update(added)
             for subject in added:
-                self.subs[subject] = await self.bus.subscribe_core(subject, _drop)
+                self.subs[subject] = await self.bus.subscribe_core(subject, _drop, ahead=ahead)
             for subject in dropped:
                 await self.subs.pop(subject).unsubscribe()
             await self.bus.nc.flush()

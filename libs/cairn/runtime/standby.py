@@ -14,7 +14,6 @@ service and its site, and whoever answers it is the active instance.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -88,19 +87,10 @@ class Standby:
         loop = asyncio.get_running_loop()
         if self._deadline is None:  # one wait for all of this process's leases
             self._deadline = loop.time() + self.ttl_s * FIRST_WAIT_TTLS
-        deadline = self._deadline
-        while True:
-            try:
-                if await lease.try_acquire():
-                    await self._begin(service, lease)
-                    return
-            except Exception as exc:  # the bus is slow or restarting: the wait asks again
-                log.warning("asking for the %s lease: %s", service.name, exc)
-            if stop.is_set() or loop.time() >= deadline:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.ttl_s / 6)
-        self.runtime.spawn(self._wait(service, lease, stop), f"standby-{service.name}")
+        if await lease.acquire(stop, until=self._deadline):
+            await self._begin(service, lease)
+        else:
+            self.runtime.spawn(self._wait(service, lease, stop), f"standby-{service.name}")
 
     async def _wait(self, service: Service, lease: Lease, stop: asyncio.Event) -> None:
         if await lease.acquire(stop):
