@@ -22,9 +22,10 @@ from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import connect, make_federation
 from tests.fixtures.slurm_lab import SlurmLab
 from tests.integration.cp_helpers import study_events, write_job
+from tests.integration.orphan_helpers import PARENT, events_until
+from tests.integration.orphan_helpers import crash_after_submit as died_on_submit
 
 pytestmark = pytest.mark.slow
-PARENT = "site-site-a"  # site-a's agent and launcher
 
 OVER = """\
     roles:
@@ -46,27 +47,10 @@ RUNS = """\
     """
 
 
-async def events_until(fed: EmbeddedFederation, job: str, kind: type, timeout: float = 60
-                       ) -> list[object]:
-    """The job's events once one of `kind` at site-a is among them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = await study_events(fed, job=job)
-        if any(isinstance(e, kind) and e.site == "site-a" for e in seen):  # type: ignore[attr-defined]
-            return seen
-        assert time.monotonic() < deadline, f"{job}: no {kind.__name__} at site-a"
-        await asyncio.sleep(0.2)
-
-
 async def crash_after_submit(fed: EmbeddedFederation, flag: Path, probe: SlurmBackend,
                              job: str) -> tuple[str, JobStatus]:
     """Wait for site-a's parent to die on its submit of `job`; its launch id and Slurm job."""
-    await asyncio.to_thread(fed.process(PARENT).proc.wait, 90)
-    assert not flag.exists(), "the hook fired"
-    seen = await events_until(fed, job, ev.WorkerLaunching)
-    launch_id = next(e.launch_id for e in seen
-                     if isinstance(e, ev.WorkerLaunching) and e.site == "site-a")
-    assert not any(isinstance(e, ev.WorkerRunning) and e.site == "site-a" for e in seen)
+    launch_id = await died_on_submit(fed, flag, job)
     queued = [s for s in (await probe.driver.jobs()).values()
               if s.comment == TAG_PREFIX + launch_id]
     assert len(queued) == 1 and queued[0].active, queued

@@ -38,7 +38,7 @@ import msgspec
 
 from cairn import tracespool
 from cairn.errors import InvalidInput
-from cairn.launcher.backends import _proc
+from cairn.launcher.backends import _handles, _proc
 from cairn.launcher.backends._cpus import pick_cpus
 from cairn.launcher.backends._env import GpuIds, WorkerPlatform, host_start_env, worker_environment
 from cairn.launcher.backends._exitcause import Observed, classify
@@ -258,8 +258,17 @@ class ProcessBackend:
             cpus=cpus,
             timeout_s=spec.timeout_s,
         )
+        # At once, before anything else awaits: a launcher killed from here on finds the
+        # worker again by this note (`find`), not only by its launch record.
+        _handles.note(self.root, handle)
         self._start_watch(handle)
         return handle
+
+    async def find(self, launch_id: str) -> LaunchHandle | None:
+        """The worker a launcher started for `launch_id` but never recorded (it died in
+        between), from the note `launch` wrote the moment it spawned it; None when there is
+        none (then it never started). Whether it still runs is `reattach`'s to tell."""
+        return await asyncio.to_thread(_handles.read, self.root, launch_id)
 
     def _release_uid(self, launch_id: str) -> None:
         if self._uids is not None:
@@ -408,6 +417,7 @@ class ProcessBackend:
         )
         await asyncio.to_thread(remove_cgroup, handle.cgroup)
         await asyncio.to_thread(remove_secrets, secrets_dir(handle.workdir))
+        await asyncio.to_thread(_handles.forget, self.root, handle.launch_id)
         if self._uids is not None:
             await asyncio.to_thread(take_back, handle.workdir)
             await asyncio.to_thread(self._release_uid, handle.launch_id)

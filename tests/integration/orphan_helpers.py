@@ -1,0 +1,39 @@
+"""Helpers for the orphan tests: a site's launcher SIGKILLed right after a submit (the
+`CAIRN_TEST_DIE_AFTER_SUBMIT` hook of `cairn.launcher.orphans`), before it recorded what it
+started, on any backend."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from cairn import events as ev
+from cairn.runtime.embedded import EmbeddedFederation
+from tests.integration.cp_helpers import study_events
+
+PARENT = "site-site-a"  # site-a's agent and launcher
+
+
+async def events_until(fed: EmbeddedFederation, job: str, kind: type, timeout: float = 60
+                       ) -> list[object]:
+    """The job's events once one of `kind` at site-a is among them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = await study_events(fed, job=job)
+        if any(isinstance(e, kind) and e.site == "site-a" for e in seen):  # type: ignore[attr-defined]
+            return seen
+        assert time.monotonic() < deadline, f"{job}: no {kind.__name__} at site-a"
+        await asyncio.sleep(0.2)
+
+
+async def crash_after_submit(fed: EmbeddedFederation, flag: Path, job: str) -> str:
+    """Wait for site-a's parent to die on its submit of `job`; the launch id it died on,
+    which it had said was launching but never running."""
+    await asyncio.to_thread(fed.process(PARENT).proc.wait, 90)
+    assert not flag.exists(), "the hook fired"
+    seen = await events_until(fed, job, ev.WorkerLaunching)
+    launch_id = next(e.launch_id for e in seen
+                     if isinstance(e, ev.WorkerLaunching) and e.site == "site-a")
+    assert not any(isinstance(e, ev.WorkerRunning) and e.site == "site-a" for e in seen)
+    return launch_id
