@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from cairn import api, subjects, telemetry
-from cairn.bus import Bus, Delivery, decode_event, kv, replay, skipper
+from cairn.bus import Bus, Delivery, Fence, decode_event, kv, replay, skipper
 from cairn.coordinator.decide import Context, decide_job
 from cairn.coordinator.eligibility import EvidenceBoard
 from cairn.coordinator.live import LiveStudy
@@ -31,10 +31,13 @@ from cairn.events import (
     FederationSeeded,
     FederationSite,
     FederationSiteAdded,
+    FederationTerm,
     Heartbeat,
     JobSubmitted,
     StudyAdmin,
     StudyCreated,
+    StudyTerm,
+    event_envelope,
     now,
     tag_of,
 )
@@ -79,6 +82,7 @@ class CoordinatorService:
         self.retention = PayloadRetention(grace_option(opts.get("payload_grace_s")))
         self._ready = False
         self.rt: Runtime | None = None
+        self.fence: Fence | None = None
 
     @property
     def bus(self) -> Bus:
@@ -95,13 +99,44 @@ class CoordinatorService:
 
     async def publish(self, event: Event) -> int:
         """Publish one of the coordinator's events, fenced by its lease: the event carries
-        the lease's term, and nothing is published once the lease is not valid.
+        the lease's term, nothing is published once the lease is not valid, and JetStream
+        stores it only while this coordinator's term is the last begun on its stream
+        (`cairn.bus.Fence`).
 
         Raises:
             LeaseLost: this instance is not (or no longer) the active coordinator.
         """
         assert self.rt is not None
-        return await self.bus.publish(event, headers=self.rt.fence(self.name))
+        headers = self.rt.fence(self.name)
+        if self.fence is None:
+            return await self.bus.publish(event, headers=headers)
+        stream = (subjects.study_stream(event.study).name if event.study
+                  else subjects.FEDERATION_STREAM.name)
+        return await self.fence.publish(event, stream, headers=headers)
+
+    def _term(self, stream: str) -> Event:
+        """The event that begins this coordinator's term on `stream` (see `Fence`)."""
+        assert self.fence is not None and self.rt is not None
+        lease = self.fence.lease
+        source = f"coordinator@{self.rt.site}"  # before the federation is read: its own site
+        study = subjects.study_of_stream(stream)
+        if study is None:
+            return FederationTerm(**event_envelope(source, id=f"federation.term.{lease.term}"),
+                                  service=self.name, term=lease.term, holder=lease.record.holder)
+        return StudyTerm(**event_envelope(source, study=study,
+                                          id=f"study.{study}.term.{lease.term}"),
+                         service=self.name, term=lease.term, holder=lease.record.holder)
+
+    async def _begin_term(self) -> None:
+        """Begin this coordinator's term on every stream it wrote before, before folding
+        any: from here on the server refuses whatever an earlier coordinator still sends."""
+        assert self.fence is not None
+        streams = [(subjects.FEDERATION_STREAM.name, f"{subjects.ROOT}.fed.>")]
+        for stream in await self.bus.stream_names(subjects.STUDY_STREAM_PREFIX):
+            study = subjects.study_of_stream(stream)
+            if study is not None:
+                streams.append((stream, subjects.study_all(study)))
+        await asyncio.gather(*(self.fence.begin(stream, written) for stream, written in streams))
 
     def health(self) -> dict[str, Any]:
         return {"studies": len(self.views),
@@ -111,6 +146,10 @@ class CoordinatorService:
 
     async def start(self, rt: Runtime) -> None:
         self.rt = rt
+        lease = rt.leases.get(self.name)
+        if lease is not None:
+            self.fence = Fence(self.bus, lease, self._term)
+            await self._begin_term()
         await self._load_federation()
         await self._seed()
         self.evidence.verifier = f"coordinator@{self.hub}"

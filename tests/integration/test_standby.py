@@ -21,7 +21,7 @@ import pytest
 from cairn import subjects
 from cairn.bus import LEASE_HEADER, Bus, Lease, replay
 from cairn.client import Client
-from cairn.events import STUDY_DECODER, DeployCommand, Event, JobDispatched
+from cairn.events import STUDY_DECODER, DeployCommand, Event, JobDispatched, StudyTerm
 from cairn.runtime.embedded import EmbeddedFederation
 from cairn.runtime.supervise import Supervisor
 from cairn.runtime.watchdog import Watchdog
@@ -116,6 +116,20 @@ def assert_one_coordinator_at_a_time(terms: list[tuple[int, int]], takeovers: in
     assert len(set(seen)) >= takeovers + 1, terms
 
 
+async def assert_fenced_by_term(bus: Bus, study: str = "demo") -> list[int]:
+    """Each coordinator's events follow its own `study.term` (the server stores them only
+    while that term is the last begun: `cairn.bus.Fence`); the terms begun, in order."""
+    begun: list[int] = []
+    async for item in replay(bus, subjects.study_stream(study).name, STUDY_DECODER):
+        if isinstance(item.event, StudyTerm):
+            begun.append(item.event.term)
+        elif item.event is not None and _coordinators(item.event) and begun:
+            header = (item.headers or {}).get(LEASE_HEADER, "")
+            assert header == f"coordinator:{begun[-1]}", (item.seq, item.subject, header, begun)
+    assert begun == sorted(set(begun)), begun
+    return begun
+
+
 async def assert_dispatched_once(bus: Bus, job_id: str) -> None:
     events = [r.event async for r in replay(bus, "STUDY_demo", STUDY_DECODER,
                                             filters=[subjects.job_all("demo", job_id)])
@@ -155,6 +169,8 @@ async def _failover_mid_job(fed: EmbeddedFederation, client: Client, job_dir: Pa
         terms = await coordinator_terms(bus)
         assert_one_coordinator_at_a_time(terms, takeovers=1)
         assert terms[-1][1] > max(t for _, t in before)
+        begun = await assert_fenced_by_term(bus)
+        assert begun[-1] == terms[-1][1], (begun, terms)
     finally:
         await bus.close()
         if freeze:

@@ -10,6 +10,7 @@ from cairn.bus._claims import Claims, claims
 from cairn.bus._connection import CONTENT_TYPE, JSON, MSG_ID, MSGPACK, Bus, NoResponders
 from cairn.bus._consume import Delivery, Handler, Subscription
 from cairn.bus._consumers import ConsumerNames
+from cairn.bus._fence import Fence, Fenced
 from cairn.bus._lease import LEASE_HEADER, Lease, LeaseLost, LeaseRecord
 from cairn.bus._objects import ChunkSource, Objects, file_source, job_files, job_payloads, objects
 from cairn.bus._poisoned import (
@@ -23,7 +24,8 @@ from cairn.bus._replay import Replayed, replay
 from cairn.bus._stores import KV, kv, kv_bucket
 
 __all__ = ["CONTENT_TYPE", "JSON", "KV", "LEASE_HEADER", "MSGPACK", "MSG_ID", "Bus", "ChunkSource",
-           "Claims", "ConsumerNames", "Delivery", "Handler", "Lease", "LeaseLost", "LeaseRecord",
+           "Claims", "ConsumerNames", "Delivery", "Fence", "Fenced", "Handler", "Lease",
+           "LeaseLost", "LeaseRecord",
            "NoResponders", "Objects", "Replayed", "StoredMessage", "Subscription",
            "UndecodableRecord", "claims", "decode_event", "file_source", "job_files",
            "job_payloads", "kv", "kv_bucket", "last_stored", "objects", "replay",

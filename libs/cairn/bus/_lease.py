@@ -137,6 +137,11 @@ class Lease:
             raise LeaseLost(f"the {self.service} lease is not valid in this process now")
         return {LEASE_HEADER: f"{self.service}:{self.term}"}
 
+    def lose(self, why: str) -> None:
+        """This holder learnt that it lost the lease otherwise than at a renewal (a later
+        term fenced it out, `Fence`): it acts no more, and its process stops."""
+        self._lose(why)
+
     def _lose(self, why: str) -> None:
         if not self.lost.is_set():
             log.error("%s lost its lease (term %d): %s", self.service, self.term, why)

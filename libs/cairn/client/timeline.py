@@ -33,6 +33,7 @@ from cairn.events import (
     StudyCreated,
     StudySiteAdded,
     StudySiteRemoved,
+    StudyTerm,
     WorkerExited,
     WorkerLaunching,
     WorkerMetric,
@@ -113,6 +114,8 @@ def summary(event: Event) -> str:
             return f"admin {event.admin.name} ({event.admin.org}, {event.admin.role}) added"
         case StudyAdminRemoved():
             return f"admin {event.name} removed"
+        case StudyTerm():
+            return f"{event.service} term {event.term} begins ({event.holder})"
         case JobSubmitted():
             roles = ", ".join(r.name for r in event.roles)
             by = f" by {event.actor}" if event.actor else ""

@@ -34,6 +34,15 @@ class FederationSiteAdded(Event, tag="federation.site-added", frozen=True, kw_on
     site: FederationSite
 
 
+class FederationTerm(Event, tag="federation.term", frozen=True, kw_only=True):
+    """The coordinator that holds the lease now begins its term in the federation's stream
+    (see `StudyTerm`: the same fence, for the coordinator's `cairn.fed.*` events)."""
+
+    service: str
+    term: int
+    holder: str
+
+
 class SiteConfigLoaded(Event, tag="site.config-loaded", frozen=True, kw_only=True):
     """An agent (re)loaded its study runtime file."""
 
@@ -164,7 +173,7 @@ class ValidationCompleted(Event, tag="validation.completed", frozen=True, kw_onl
 
 
 FederationEvent = (
-    FederationSeeded | FederationSiteAdded | SiteConfigLoaded | SiteConfigRejected
+    FederationSeeded | FederationSiteAdded | FederationTerm | SiteConfigLoaded | SiteConfigRejected
     | BackendDeclared | RecordSkipped
     | SnapshotRecorded | SnapshotDrift | ValidationStarted | ValidationPhase | ValidationCompleted
 )

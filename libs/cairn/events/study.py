@@ -42,6 +42,24 @@ class StudyAdminRemoved(Event, tag="study.admin-removed", frozen=True, kw_only=T
     name: str
 
 
+class StudyTerm(Event, tag="study.term", frozen=True, kw_only=True):
+    """The coordinator that holds the lease now begins its term in this study's stream:
+    from here on JetStream stores the coordinator's events only while this is the last
+    `study.term` (`cairn.bus.Fence`), so a coordinator of an earlier term is refused by the
+    server itself. Changes nothing of the study.
+
+    Attributes:
+        service: The leased service whose term it is (`coordinator`).
+        term: Its lease's term (the KV revision that took it): larger for every later one.
+        holder: Who holds it, `service@host:pid` (for operators).
+    """
+
+    service: str
+    term: int
+    holder: str
+
+
 StudyAdminEvent = (
     StudyCreated | StudySiteAdded | StudySiteRemoved | StudyAdminAdded | StudyAdminRemoved
+    | StudyTerm
 )

@@ -32,6 +32,7 @@ from cairn.events import (
     EvidenceRecorded,
     FederationSeeded,
     FederationSiteAdded,
+    FederationTerm,
     Heartbeat,
     JobAborted,
     JobCancelRequested,
@@ -55,6 +56,7 @@ from cairn.events import (
     StudyCreated,
     StudySiteAdded,
     StudySiteRemoved,
+    StudyTerm,
     ValidationCompleted,
     ValidationPhase,
     ValidationStarted,
@@ -219,7 +221,7 @@ EVIDENCE = "EVIDENCE"
 DEADLETTER = "DEADLETTER"
 
 _STUDY_ADMIN_EVENTS = (StudyCreated, StudySiteAdded, StudySiteRemoved, StudyAdminAdded,
-                       StudyAdminRemoved)
+                       StudyAdminRemoved, StudyTerm)
 _JOB_EVENTS = (JobSubmitted, JobQueued, JobDispatched, JobRunning, JobEnding,
                JobCancelRequested, JobCompleted, JobFailed, JobAborted, JobUnschedulable)
 _AGENT_JOB_EVENTS = (DeploymentAccepted, DeploymentRejected)
@@ -277,7 +279,8 @@ SUBJECTS: tuple[Subject, ...] = (
          doc="the launcher's backend and capabilities; launch records it skipped"),
     # -- the federation ---------------------------------------------------------------------
     _row("fed", f"{ROOT}.fed.{{verb}}", "event", _COORD, stream=FEDERATION,
-         events=(FederationSeeded, FederationSiteAdded), doc="the federation's sites"),
+         events=(FederationSeeded, FederationSiteAdded, FederationTerm),
+         doc="the federation's sites; the coordinator's terms"),
     _row("validation", f"{ROOT}.validation.{{site}}.{{recipe}}.{{verb}}", "event",
          (by(Role.VALIDATOR),), stream=FEDERATION,
          events=(ValidationStarted, ValidationPhase, ValidationCompleted),

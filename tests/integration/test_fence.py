@@ -1,0 +1,136 @@
+"""Server-side fencing on a real nats-server (`cairn.bus.Fence`): once a later holder has
+begun its term on a stream, JetStream itself refuses the earlier holder's events there,
+even while the earlier one's own clock still says its lease is valid (a process that was
+frozen, or a publish nats-py held through a reconnect), and the earlier one learns that it
+lost. A stream's first event stays its own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cairn import subjects
+from cairn.bus import Bus, Fence, Fenced, Lease, replay
+from cairn.bus._fence import EXPECTED_SEQ, EXPECTED_SUBJECT
+from cairn.events import (
+    STUDY_DECODER,
+    Event,
+    StudyCreated,
+    StudySiteAdded,
+    StudyTerm,
+    event_envelope,
+    tag_of,
+)
+
+TTL_S = 0.6
+STUDY = "fenced"
+STREAM = subjects.study_stream(STUDY).name
+
+
+class Clock:
+    """A clock that stands still: its holder believes its lease valid until told otherwise."""
+
+    def __call__(self) -> float:
+        return 0.0
+
+
+def fence_of(bus: Bus, lease: Lease) -> Fence:
+    def marker(stream: str) -> Event:
+        assert stream == STREAM
+        return StudyTerm(**event_envelope("coordinator@hub", study=STUDY,
+                                          id=f"study.{STUDY}.term.{lease.term}"),
+                         service="coordinator", term=lease.term, holder=lease.record.holder)
+    return Fence(bus, lease, marker)
+
+
+def added(site: str) -> StudySiteAdded:
+    return StudySiteAdded(**event_envelope("coordinator@hub", study=STUDY,
+                                           id=f"study.{STUDY}.site-added.{site}"), site=site)
+
+
+async def stored(bus: Bus) -> list[tuple[str, str]]:
+    """(tag, site or term) of every event in the study's stream, in order."""
+    out = []
+    async for item in replay(bus, STREAM, STUDY_DECODER):
+        assert item.event is not None
+        what = getattr(item.event, "site", None) or str(getattr(item.event, "term", ""))
+        out.append((tag_of(item.event), what))
+    return out
+
+
+async def test_a_later_term_fences_out_the_earlier_holder_at_the_server(bus: Bus) -> None:
+    await bus.ensure_study(STUDY)
+    first = Lease(bus, "coordinator", ttl_s=TTL_S, clock=Clock())
+    assert await first.try_acquire()
+    old = fence_of(bus, first)
+
+    # A new stream: its first event is the study's creation, then the term begins.
+    created = StudyCreated(**event_envelope("coordinator@hub", study=STUDY,
+                                            id=f"study.{STUDY}.created"), name=STUDY)
+    await old.publish(created, STREAM)
+    await old.publish(added("site-a"), STREAM)
+    assert await stored(bus) == [("study.created", ""), ("study.term", str(first.term)),
+                                 ("study.site-added", "site-a")]
+
+    # Nobody renews the first lease: a standby takes it and begins its term first thing.
+    second = Lease(bus, "coordinator")
+    assert await asyncio.wait_for(second.acquire(), 10 * TTL_S)
+    new = fence_of(bus, second)
+    assert await new.begin(STREAM, subjects.study_all(STUDY)) is not None
+
+    # The first still believes it holds the lease (its clock stood still): the server says no.
+    assert first.valid()
+    with pytest.raises(Fenced):
+        await old.publish(added("site-b"), STREAM)
+    assert first.lost.is_set() and not first.valid()
+    await new.publish(added("site-c"), STREAM)
+    assert [e for e in await stored(bus) if e[0] != "study.created"] == [
+        ("study.term", str(first.term)), ("study.site-added", "site-a"),
+        ("study.term", str(second.term)), ("study.site-added", "site-c")]
+
+
+async def test_what_an_earlier_holder_sent_late_is_refused_even_as_a_retry(bus: Bus) -> None:
+    # What nats-py sends after a reconnect is what was encoded before: the earlier term's
+    # expectations, with the same message id as a copy that may have been stored already.
+    await bus.ensure_study(STUDY)
+    first = Lease(bus, "coordinator", ttl_s=TTL_S, clock=Clock())
+    assert await first.try_acquire()
+    old = fence_of(bus, first)
+    await old.publish(added("site-a"), STREAM)
+    held = {EXPECTED_SEQ: str(old._terms[subjects.subject_of(old.marker(STREAM))]),
+            EXPECTED_SUBJECT: f"cairn.study.{STUDY}.admin.term"}
+    late, retried = added("site-late"), added("site-a")
+
+    second = Lease(bus, "coordinator")
+    assert await asyncio.wait_for(second.acquire(), 10 * TTL_S)
+    await fence_of(bus, second).begin(STREAM, subjects.study_all(STUDY))
+
+    for event in (late, retried):
+        with pytest.raises(Exception, match="10071"):
+            await bus.publish(event, headers=held)
+    sites = [what for tag, what in await stored(bus) if tag == "study.site-added"]
+    assert sites == ["site-a"]
+
+
+async def test_an_earlier_holder_cannot_begin_a_term_over_a_later_one(bus: Bus) -> None:
+    await bus.ensure_study(STUDY)
+    first = Lease(bus, "coordinator", ttl_s=TTL_S, clock=Clock())
+    assert await first.try_acquire()
+    await fence_of(bus, first).publish(added("site-a"), STREAM)  # its term: begun
+    second = Lease(bus, "coordinator")
+    assert await asyncio.wait_for(second.acquire(), 10 * TTL_S)
+    await fence_of(bus, second).begin(STREAM, subjects.study_all(STUDY))
+    # A fresh fence of the first (a restart that still had its lease object): refused.
+    with pytest.raises(Fenced):
+        await fence_of(bus, first).begin(STREAM, subjects.study_all(STUDY))
+    terms = [what for tag, what in await stored(bus) if tag == "study.term"]
+    assert terms == [str(first.term), str(second.term)]
+
+
+async def test_begin_writes_nothing_on_a_stream_the_holder_never_wrote(bus: Bus) -> None:
+    await bus.ensure_study(STUDY)
+    lease = Lease(bus, "coordinator", ttl_s=TTL_S)
+    assert await lease.try_acquire()
+    assert await fence_of(bus, lease).begin(STREAM, subjects.study_all(STUDY)) is None
+    assert await stored(bus) == []
