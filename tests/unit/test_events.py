@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from cairn import events as ev
 from cairn import subjects
+from cairn.errors import InvalidName
 from cairn.names import NAME_RULE
 from tests.subject_match import may
 
@@ -175,3 +176,24 @@ def test_stream_decoders_partition_the_event_types() -> None:
     members = [set(getattr(u, "__args__", (u,))) for u in streams]
     for cls in EVENT_TYPES:
         assert sum(cls in m for m in members) == 1, ev.tag_of(cls)
+
+
+@quick
+@given(event=any_event, bad=st.sampled_from(["", "Up", "a.b", "*", ">", "a b", "-a", "x" * 64]))
+def test_the_subject_is_the_rows_pattern_filled_by_the_name_rule(event: ev.Event,
+                                                                  bad: str) -> None:
+    # `subject_of` builds subjects its own faster way: it must be `fill_with` of the row.
+    from cairn.subjects.table import fill_with, rows_of_event
+
+    study = event.study if event.study is not None else "s"
+    event = msgspec.structs.replace(event, study=study)
+    if isinstance(event, ev.DeadLettered):
+        event = msgspec.structs.replace(event, stream=subjects.study_stream(study).name)
+    (row,) = rows_of_event(type(event))
+    tokens = {n: getattr(event, n) for n in row.placeholders if n != "verb"}
+    tokens["verb"] = ev.tag_of(event).rsplit(".", 1)[-1]
+    assert subjects.subject_of(event) == fill_with(row.pattern, tokens)
+    named = [n for n in row.placeholders if n in NAME_FIELDS]
+    for name in named:
+        with pytest.raises(InvalidName, match=name):
+            subjects.subject_of(msgspec.structs.replace(event, **{name: bad}))

@@ -9,11 +9,19 @@ bug) and is never acted on, live or in replay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 from cairn.errors import CairnError, InvalidName
 from cairn.events import Event, tag_of
-from cairn.subjects.table import Subject, fill_with, rows_of_event
+from cairn.names import _NAME
+from cairn.subjects.table import (
+    _PLACEHOLDER,
+    _STREAM_NAME,
+    Subject,
+    fill_with,
+    rows_of_event,
+)
 
 
 @cache
@@ -22,25 +30,46 @@ def _row_of(event_type: type[Event]) -> Subject | None:
     return rows[0] if len(rows) == 1 else None
 
 
+@cache
+def _builder(event_type: type[Event]) -> Callable[[Event], str] | None:
+    """How an event of this type makes its subject: the row's pattern with its verb filled
+    in once, and its other placeholders from the event's fields, each checked by the name
+    rule (`fill_with`'s, at a fraction of its cost: this runs on every publish)."""
+    row = _row_of(event_type)
+    if row is None:
+        return None
+    tag = tag_of(event_type)
+    verb = tag.rsplit(".", 1)[-1]
+    if "verb" in row.placeholders:
+        fill_with("{verb}", {"verb": verb})  # a tag whose verb breaks the rule: raise now
+    pattern = _PLACEHOLDER.sub(lambda m: verb if m.group(1) == "verb" else "{}", row.pattern)
+    names = [n for n in row.placeholders if n != "verb"]
+    checks = [(n, _STREAM_NAME if n == "stream" else _NAME) for n in names]
+
+    def build(event: Event) -> str:
+        values = []
+        for name, rule in checks:
+            value = getattr(event, name, None)
+            if not isinstance(value, str):
+                raise InvalidName(f"a {tag} needs its {name}", field=name)
+            if rule.fullmatch(value) is None:
+                fill_with("{" + name + "}", {name: value})  # raises the rule's own error
+            values.append(value)
+        return pattern.format(*values)
+
+    return build
+
+
 def subject_of(event: Event) -> str:
     """The one subject an event is published on.
 
     Raises:
         InvalidName: the event has no row, or a field that becomes a token breaks the rule.
     """
-    row = _row_of(type(event))
-    if row is None:
+    build = _builder(type(event))
+    if build is None:
         raise InvalidName(f"no subject for event type {tag_of(event)!r}", field="type")
-    tokens: dict[str, str] = {}
-    for name in row.placeholders:
-        if name == "verb":
-            tokens[name] = tag_of(event).rsplit(".", 1)[1]
-            continue
-        value = getattr(event, name, None)
-        if not isinstance(value, str):
-            raise InvalidName(f"a {tag_of(event)} needs its {name}", field=name)
-        tokens[name] = value
-    return fill_with(row.pattern, tokens)
+    return build(event)
 
 
 def misplaced(event: object, subject: str) -> str:
