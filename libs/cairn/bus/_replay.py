@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Generic, TypeVar
 
@@ -28,8 +28,10 @@ STALL_S = 60.0
 """How long a replay waits for a server that holds more of the history but sends none."""
 
 
-@dataclass(frozen=True)
-class Replayed(Generic[T]):
+class Replayed(msgspec.Struct, Generic[T], frozen=True):
+    """One stored message as a replay yields it (a Struct: made once per message, it costs
+    a tenth of a frozen dataclass)."""
+
     seq: int
     subject: str
     time: datetime | None
