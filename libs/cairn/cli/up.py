@@ -69,7 +69,8 @@ is restarted on its same ports while the others serve (docs/scale.md).""")
 @click.option("--leaf-sites", is_flag=True,
               help="Give every site but the hub its own leaf-node nats-server that dials the "
                    "federation with the site's credential; the site's parent connects to it "
-                   "(docs/scale.md, \"Sites on leaf nodes\"). Not with --insecure.")
+                   "(docs/scale.md, \"Sites on leaf nodes\"); with --cluster, every server "
+                   "takes leaves. Not with --insecure.")
 @click.option("--standby", is_flag=True,
               help="Also run a standby coordinator, validator and signer that wait behind "
                    "their leases and take over within seconds when the active ones die or "
@@ -99,9 +100,6 @@ def up(dir_: Path, sites: tuple[str, ...], study: str, port: int, check: bool,
     if leaf_sites and insecure:
         raise click.UsageError("--leaf-sites needs the secure federation (a leaf node dials "
                                "out with its site's credential): drop --insecure")
-    if leaf_sites and cluster > 1:
-        raise click.UsageError("--leaf-sites with --cluster is not supported yet (a leaf "
-                               "dials one server): choose one")
     fed.leaf_sites = leaf_sites
     if payload_grace is not None:
         fed.hub_options["payload_grace_s"] = f"{payload_grace:g}"

@@ -86,6 +86,8 @@ class NatsCluster:
         self.members = [NatsServer(root / f"n{i}", port=port if i == 0 else 0, host=host)
                         for i in range(size)]
         self.route_ports = [free_port(host) for _ in self.members]
+        self.leaf_ports: list[int] = []
+        """Each member's leafnode listener, where sites' leaf nodes dial (`--leaf-sites`)."""
 
     @classmethod
     def of(cls, fed: EmbeddedFederation) -> NatsCluster:
@@ -115,9 +117,22 @@ class NatsCluster:
         take)."""
         return ",".join(m.url for m in self.members)
 
-    def configure(self, trust_dir: Path) -> None:
+    @property
+    def leaf_url(self) -> str:
+        """Every member's leafnode listener, comma-separated (where a leaf node dials: it
+        fails over among them as a client does)."""
+        return ",".join(f"tls://{self.host}:{p}" for p in self.leaf_ports)
+
+    def configure(self, trust_dir: Path, *, leaves: bool = False) -> None:
         """Write each member's config under `trust_dir/server` (TLS for clients and routes,
-        the auth callout), after `cairn.runtime.secure.prepare` provisioned the folder."""
+        the auth callout), after `cairn.runtime.secure.prepare` provisioned the folder.
+
+        With `leaves`, each member also listens for sites' leaf nodes (TLS, the auth
+        callout deciding each link as it decides a client) and runs JetStream in the
+        federation's domain, which a leaf's clients name to reach it (`cairn.runtime.leaf`).
+        """
+        from cairn.runtime.leaf import ServerTls, hub_leafnodes_block
+        from cairn.subjects.table import JS_DOMAIN
         from cairn.trust.natsconfig import authority_keys, render
         from cairn.trust.pki import write_route_cert
 
@@ -126,11 +141,17 @@ class NatsCluster:
                          federation="local")
         server = (trust_dir / "server").resolve()
         keys = authority_keys(trust_dir)
+        if leaves and not self.leaf_ports:
+            self.leaf_ports = [free_port(self.host) for _ in self.members]
+        tls = ServerTls(cert=server / "server.pem", key=server / "server.key",
+                        ca=server / "ca.pem")
         for i, member in enumerate(self.members):
             text = render(keys, host=member.host, port=member.port,
-                          store_dir=member.store_dir.resolve(), cert=server / "server.pem",
-                          key=server / "server.key", ca=server / "ca.pem",
-                          monitor_port=member.monitor_port, server_name=f"cairn-{i}")
+                          store_dir=member.store_dir.resolve(), cert=tls.cert, key=tls.key,
+                          ca=tls.ca, monitor_port=member.monitor_port, server_name=f"cairn-{i}",
+                          js_domain=JS_DOMAIN if leaves else "")
+            if leaves:
+                text += hub_leafnodes_block(self.host, self.leaf_ports[i], tls)
             text += cluster_block(host=self.host, route_port=self.route_ports[i],
                                   peers=[p for j, p in enumerate(self.route_ports) if j != i],
                                   cert=server / ROUTE_CERT, key=server / ROUTE_KEY,

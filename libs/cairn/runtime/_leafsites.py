@@ -41,18 +41,25 @@ def prepare_leaves(fed: EmbeddedFederation) -> None:
         raise InvalidInput("--leaf-sites needs the secure federation (a leaf node dials out "
                            "with its site's credential): drop --insecure", field="leaf-sites")
     host = fed.nats.host
-    fed.leaf_port = fed.leaf_port or free_port(host)
     tls = server_tls(fed)
-    # JetStream gets a domain only here: leaf clients need it to name the federation's.
-    config = write_nats_config(fed.trust.dir, host=host, port=fed.nats.port,
-                               monitor_port=fed.nats.monitor_port,
-                               store_dir=fed.nats.store_dir.resolve(), js_domain=JS_DOMAIN)
-    config.write_text(config.read_text() + hub_leafnodes_block(host, fed.leaf_port, tls))
-    fed.nats.config_file = config
+    if fed.cluster is not None:
+        # Every member listens for leaves (`NatsCluster.configure`); a leaf is given them all
+        # and dials another when its server is lost.
+        fed.cluster.configure(fed.trust.dir, leaves=True)
+        uplink_of_all = fed.cluster.leaf_url
+    else:
+        fed.leaf_port = fed.leaf_port or free_port(host)
+        # JetStream gets a domain only here: leaf clients need it to name the federation's.
+        config = write_nats_config(fed.trust.dir, host=host, port=fed.nats.port,
+                                   monitor_port=fed.nats.monitor_port,
+                                   store_dir=fed.nats.store_dir.resolve(), js_domain=JS_DOMAIN)
+        config.write_text(config.read_text() + hub_leafnodes_block(host, fed.leaf_port, tls))
+        fed.nats.config_file = config
+        uplink_of_all = f"tls://{host}:{fed.leaf_port}"
     for site in fed.sites[1:]:
         if site in fed.leaves:
             continue
-        uplink = fed.leaf_uplinks.get(site, f"tls://{host}:{fed.leaf_port}")
+        uplink = fed.leaf_uplinks.get(site, uplink_of_all)
         fed.leaves[site] = LeafNode(site=site, dir=fed.dir / "leaves" / site,
                                     hub_leaf_url=uplink, creds=fed.trust.creds(site), tls=tls)
 
@@ -79,7 +86,7 @@ def spawn_anchors(fed: EmbeddedFederation) -> Process:
     assert fed.nats is not None and fed.trust is not None
     # Membership: the federation file's studies to start with, then the coordinator's
     # study events as they come (`cairn.runtime._studywatch`).
-    args = [sys.executable, "-m", "cairn.runtime.leafanchor", "--nats-url", fed.nats.url,
+    args = [sys.executable, "-m", "cairn.runtime.leafanchor", "--nats-url", fed.nats_url,
             *secure.service_args(fed.trust, fed.hub),
             *(a for s in fed.leaves for a in ("--site", s)),
             "--federation", str(fed.federation_file)]

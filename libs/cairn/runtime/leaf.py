@@ -80,7 +80,9 @@ def render_leaf(*, site: str, host: str, port: int, monitor_port: int, hub_leaf_
              f"http: {_q(f'{host}:{monitor_port}')}"]
     if tls is not None:
         lines.append(tls.block())
-    remote = [f"url: {_q(remote_url(hub_leaf_url, token))}"]
+    urls = [remote_url(u.strip(), token) for u in hub_leaf_url.split(",") if u.strip()]
+    remote = ([f"url: {_q(urls[0])}"] if len(urls) == 1
+              else [f"urls: [ {', '.join(_q(u) for u in urls)} ]"])
     if creds is not None:
         remote.append(f"credentials: {_q(creds.resolve())}")
     if tls is not None:
@@ -98,7 +100,8 @@ class LeafNode:
     site: str
     dir: Path
     hub_leaf_url: str
-    """Where the leaf dials: the federation's leafnode listener (or a proxy in front)."""
+    """Where the leaf dials: the federation's leafnode listener (or a proxy in front); a
+    cluster's, comma-separated."""
     creds: Path | None
     tls: ServerTls | None
     host: str = "127.0.0.1"
