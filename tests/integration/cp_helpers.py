@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,22 @@ def release_workers(fed: EmbeddedFederation, job_id: str, name: str = "release")
     """Leave `name` in every worker folder of the job (workers poll their folder for it)."""
     for folder in worker_dirs(fed, job_id):
         (folder / name).touch()
+
+
+def processes(match: Callable[[list[bytes]], bool]) -> list[int]:
+    """The pids of this machine's processes whose command line (`/proc/<pid>/cmdline`, split
+    at NULs) `match` accepts."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if match(argv):
+            found.append(int(entry.name))
+    return found
 
 
 def _children(pid: int) -> list[int]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from cairn import events as ev
 from cairn.runtime.embedded import EmbeddedFederation
+from cairn.state.job import JobState
 from tests.integration.cp_helpers import study_events
 
 PARENT = "site-site-a"  # site-a's agent and launcher
@@ -37,3 +38,26 @@ async def crash_after_submit(fed: EmbeddedFederation, flag: Path, job: str) -> s
                      if isinstance(e, ev.WorkerLaunching) and e.site == "site-a")
     assert not any(isinstance(e, ev.WorkerRunning) and e.site == "site-a" for e in seen)
     return launch_id
+
+
+def assert_stopped_as_orphan(ended: JobState, seen: list[object], launch: str) -> None:
+    """The job ended failed (its other site's worker failed it) and site-a's worker, found
+    after the restart, was cancelled once and reported orphaned."""
+    assert ended.state == "failed", ended
+    exits = [e for e in seen if isinstance(e, ev.WorkerExited) and e.site == "site-a"]
+    assert len(exits) == 1, exits
+    assert exits[0].launch_id == launch
+    assert exits[0].reason == "cancelled", exits[0]
+    assert exits[0].message.startswith("orphaned: job over: failed"), exits[0].message
+
+
+def assert_adopted(ended: JobState, seen: list[object], launch: str) -> ev.WorkerRunning:
+    """The job completed, its worker launched once, reported running once (adopted after
+    the restart) and exited 0; that running report."""
+    assert ended.state == "completed", ended
+    assert [e.launch_id for e in seen if isinstance(e, ev.WorkerLaunching)] == [launch]
+    running = [e for e in seen if isinstance(e, ev.WorkerRunning)]
+    assert len(running) == 1 and running[0].launch_id == launch, running
+    exited = [e for e in seen if isinstance(e, ev.WorkerExited)]
+    assert [(e.exit_code, e.reason) for e in exited] == [(0, None)], exited
+    return running[0]

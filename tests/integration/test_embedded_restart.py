@@ -26,7 +26,7 @@ from cairn.errors import Timeout, Unavailable
 from cairn.runtime import context
 from cairn.runtime.natsserver import find_nats_server
 from cairn.state.job import JobState
-from tests.integration.cp_helpers import write_job
+from tests.integration.cp_helpers import processes, write_job
 
 # Each worker start leaves a token of its own (a pid would not do: in its sandbox every
 # worker's pid is the same small number).
@@ -107,17 +107,11 @@ def stop_up(up: Up) -> None:
 def nats_pid(fed_dir: Path) -> int:
     """The nats-server of `fed_dir` (ours: started by this test's `cairn up`); its command
     names the store, or the config file, both under `fed_dir`."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        mine = str(fed_dir).encode()
-        if argv and argv[0].endswith(b"nats-server") and any(a.startswith(mine) for a in argv):
-            return int(entry.name)
-    raise AssertionError(f"no nats-server for {fed_dir}")
+    mine = str(fed_dir).encode()
+    found = processes(lambda argv: argv[0].endswith(b"nats-server")
+                      and any(a.startswith(mine) for a in argv))
+    assert found, f"no nats-server for {fed_dir}"
+    return found[0]
 
 
 @pytest.fixture
