@@ -315,3 +315,24 @@ async def test_same_launch_id_twice_is_a_conflict(backend: ProcessBackend, code_
     await backend.wait(await backend.launch(spec))
     with pytest.raises(Conflict):
         await backend.launch(spec)
+
+
+async def test_two_sites_on_one_host_never_share_a_workers_cgroup(
+        tmp_path: Path, code_dir: Path) -> None:
+    # Cgroups are the host's: two launchers (two sites, two federations) starting the same
+    # launch id at once each get their own, and one ending removes nothing of the other's.
+    sites = [ProcessBackend(tmp_path / f"site-{i}", grace_s=1.0) for i in (1, 2)]
+    slow = "import time; time.sleep(1.5); print('done')"
+    try:
+        spec = make_spec(code_dir, py(slow), memory_bytes=256 * 1024 * 1024)
+        handles = [await b.launch(spec) for b in sites]
+        quick = make_spec(code_dir, py("pass"), rank=1, memory_bytes=256 * 1024 * 1024)
+        await sites[0].wait(await sites[0].launch(quick))
+        ended = [await b.wait(h) for b, h in zip(sites, handles, strict=True)]
+    finally:
+        for b in sites:
+            await b.close()
+    assert [(e.exit_code, e.cause) for e in ended] == [(0, None), (0, None)], \
+        [log_text(h) for h in handles]
+    if sites[0].memory_mechanism in ("cgroup-v1", "cgroup-v2"):
+        assert handles[0].cgroup != handles[1].cgroup, handles

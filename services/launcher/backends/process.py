@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -164,6 +165,9 @@ class ProcessBackend:
         isolation: Isolation | None = None,
     ) -> None:
         self.root = Path(workdir).absolute()  # the sandbox mounts by absolute path
+        # Cgroups are the host's, shared by every launcher on it: a worker's is named by its
+        # site's folder too, so two launchers never share (and remove) one.
+        self._cgroup_prefix = hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.python = python or sys.executable
@@ -230,7 +234,7 @@ class ProcessBackend:
             argv = worker_argv(spec.entrypoint, env["PATH"], workdir)
             limit = await asyncio.to_thread(
                 apply_memory_limit,
-                dir_name(spec.launch_id),
+                f"{self._cgroup_prefix}-{dir_name(spec.launch_id)}",
                 spec.memory_bytes,
                 self.memory_mechanism,
             )
