@@ -10,6 +10,7 @@ import pytest
 from cairn import events as ev
 from cairn import subjects
 from cairn.bus import Bus, Delivery, Subscription, kv, objects, replay
+from cairn.bus._objects import Objects, object_store_layout
 from cairn.runtime.natsserver import NatsServer
 
 STUDY = "lung"
@@ -240,3 +241,20 @@ def test_bad_names_never_become_subjects(bad: str) -> None:
                   lambda n: subjects.heartbeat(n), lambda n: subjects.job(STUDY, n, "x")):
         with pytest.raises(InvalidName):
             build(bad)
+
+
+async def test_a_store_made_a_moment_later_is_waited_for_not_raised(bus: Bus) -> None:
+    # As a study's artifacts, made by the authority a moment after the study was created:
+    # an upload that asks first (nothing answers yet: no responders) waits for it.
+    bucket = subjects.obj_artifacts("later")
+    store = Objects(bus, object_store_layout(bucket))
+
+    async def make_it() -> None:
+        await asyncio.sleep(0.5)
+        await bus.js.create_object_store(bucket)
+
+    maker = asyncio.create_task(make_it())
+    digest = await store.put(b"bundle")
+    await maker
+    assert await store.info(digest) is not None
+    assert await store.get(digest) == b"bundle"

@@ -105,6 +105,10 @@ def file_source(path: Path) -> ChunkSource:
     return blocks
 
 
+STORE_WAIT_S = 15.0
+"""How long a read waits for a store that nothing answers for yet."""
+
+
 class Objects:
     """A content-addressed store: an object's name is its sha256 (unless named)."""
 
@@ -113,11 +117,24 @@ class Objects:
         self.layout = layout
 
     async def info(self, name: str) -> dict[str, Any] | None:
-        """The object's meta record, or None when there is none (or it was deleted)."""
-        try:
-            msg = await self._bus.js.get_last_msg(self.layout.stream, self.layout.meta(name),
-                                                  direct=True)
-        except NotFoundError:
+        """The object's meta record, or None when there is none (or it was deleted).
+
+        A store that nothing answers for yet (no responders: a study's artifacts, made by
+        the authority a moment after the study was created) is asked again for a while.
+
+        Raises:
+            Unavailable: the store still did not answer after `STORE_WAIT_S`.
+        """
+        async def last() -> Any:
+            try:
+                return await self._bus.js.get_last_msg(self.layout.stream,
+                                                       self.layout.meta(name), direct=True)
+            except NotFoundError:
+                return None
+
+        msg = await self._bus.setup(last, what=f"the object store {self.layout.bucket}",
+                                    budget=STORE_WAIT_S)
+        if msg is None:
             return None
         try:
             info: dict[str, Any] = json.loads(msg.data or b"{}")
