@@ -15,8 +15,11 @@ from collections.abc import Sequence
 
 
 def _import_nats() -> None:
+    from cairn.bus._reconnects import close_before_reconnect
+
     if "aiohttp" in sys.modules or "nats" in sys.modules:
         import nats.aio.transport  # noqa: F401 - as it would be imported anyway
+        close_before_reconnect()
         return
     # A None entry makes `import aiohttp` raise ImportError, as if it were not installed.
     sys.modules["aiohttp"] = None  # type: ignore[assignment]
@@ -25,6 +28,7 @@ def _import_nats() -> None:
     finally:
         if "aiohttp" in sys.modules and sys.modules["aiohttp"] is None:
             del sys.modules["aiohttp"]
+    close_before_reconnect()
 
 
 def enable_websockets(servers: Sequence[str]) -> None:
