@@ -4,13 +4,13 @@ recording what the server refuses (refusals arrive in error_cb, not as exception
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
 
 from cairn.bus import Bus
@@ -97,10 +97,17 @@ async def connect_as(fed: EmbeddedFederation, creds: Path | None, *,
         probe.closed.set()
 
     options: dict[str, Any] = creds_options(str(creds)) if creds else {}
-    nc = await nats.connect(fed.nats.url, tls=ca_context(fed), error_cb=on_error,
-                            closed_cb=on_closed, allow_reconnect=reconnect,
-                            max_reconnect_attempts=3 if reconnect else 0,
-                            reconnect_time_wait=0.2, connect_timeout=3, **options)
+    nc = NATS()
+    try:
+        await nc.connect(fed.nats.url, tls=ca_context(fed), error_cb=on_error,
+                         closed_cb=on_closed, allow_reconnect=reconnect,
+                         max_reconnect_attempts=3 if reconnect else 0,
+                         reconnect_time_wait=0.2, connect_timeout=3, **options)
+    except BaseException:
+        # nats-py leaves a refused client's socket open: closed here, not by the collector.
+        with contextlib.suppress(Exception):
+            await nc.close()
+        raise
     probe = Probe(nc)
     return probe
 

@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, NoRespondersError, NoServersError
@@ -209,15 +208,16 @@ class Bus:
                 # nats.connect retries an unreachable first server forever when reconnects
                 # are allowed: probe it first, and bound the handshake.
                 await _probe(servers, connect_timeout)
-                connecting = asyncio.ensure_future(nats.connect(
-                    servers, name=name, tls=tls, **auth,
-                    connect_timeout=int(max(1, connect_timeout)), allow_reconnect=True,
-                    max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                    disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
-                    closed_cb=closed,
-                    pending_size=64 * 1024 * 1024,
-                ))
-                nc = await _connected_or_refused(connecting, refusal, connect_timeout + 3.0)
+                options: dict[str, Any] = {
+                    "name": name, "tls": tls, **auth,
+                    "connect_timeout": int(max(1, connect_timeout)), "allow_reconnect": True,
+                    "max_reconnect_attempts": -1, "reconnect_time_wait": 0.25,
+                    "disconnected_cb": disconnected, "reconnected_cb": reconnected,
+                    "error_cb": error, "closed_cb": closed, "pending_size": 64 * 1024 * 1024}
+                client = Client()  # ours to close if it never connects (`nats.connect`'s is not)
+                connecting = asyncio.ensure_future(client.connect(servers, **options))
+                nc = await _connected_or_refused(client, connecting, refusal,
+                                                 connect_timeout + 3.0)
                 if nc is None:
                     if time.monotonic() >= deadline:
                         raise refused[-1]
@@ -486,17 +486,25 @@ class Bus:
 
 
 
-async def _connected_or_refused(connecting: asyncio.Future[Client], refusal: asyncio.Event,
-                                timeout: float) -> Client | None:
-    """The connection, or None once the server refused its authorization (nats-py would
-    otherwise keep retrying a refused first connection until the timeout)."""
+async def _connected_or_refused(client: Client, connecting: asyncio.Future[None],
+                                refusal: asyncio.Event, timeout: float) -> Client | None:
+    """`client` connected, or None once the server refused its authorization (nats-py would
+    otherwise keep retrying a refused first connection until the timeout). A client that
+    did not connect is closed, its socket with it: nats-py leaves it open when it gives up."""
     refused: asyncio.Future[Any] = asyncio.ensure_future(refusal.wait())
     waiting: set[asyncio.Future[Any]] = {connecting, refused}
-    done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    refused.cancel()
-    if connecting in done:
-        return connecting.result()
+    try:
+        done, _ = await asyncio.wait(waiting, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        refused.cancel()
+    if connecting in done and connecting.exception() is None:
+        return client
     connecting.cancel()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.close(), 5.0)
+    if connecting in done:
+        connecting.result()  # nats-py's own error, as `nats.connect` raised it
     if refusal.is_set():
         return None
     raise TimeoutError
