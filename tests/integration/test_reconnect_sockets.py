@@ -40,6 +40,44 @@ async def test_failed_reconnect_attempts_leave_no_socket_open(nats_server: NatsS
             gc.collect()
         unclosed = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
     finally:
-        await bus.close()
+        async with asyncio.timeout(30):
+            await bus.close()
     assert attempts >= 4
     assert unclosed == [], unclosed
+
+
+async def test_a_closed_connection_stops_reconnecting_even_if_a_cancel_was_swallowed(
+        nats_server: NatsServer) -> None:
+    """On Python 3.11 the one cancel nats-py's close sends its reconnect loop can be lost
+    (`wait_for` hands back a refused attempt's error instead), and the loop then retries
+    forever on a closed client: the event loop of whatever closed it never finishes. Here the
+    loop swallows its first cancel as that race does; closing still ends it."""
+    bus = await Bus.connect(nats_server.url, name="closing-while-reconnecting")
+    swallowed = asyncio.Event()
+
+    async def stubborn_reconnect() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.25)
+            except asyncio.CancelledError:
+                if swallowed.is_set():
+                    raise
+                swallowed.set()  # the lost cancel: go on trying, as nats-py then does
+
+    nats_server.stop()
+    async with asyncio.timeout(30):
+        while bus.connected:
+            await asyncio.sleep(0.02)
+    nats_py_own = bus.nc._reconnection_task
+    stubborn = asyncio.get_running_loop().create_task(stubborn_reconnect())
+    bus.nc._reconnection_task = stubborn
+    await asyncio.sleep(0)  # it runs, as nats-py's loop does
+    try:
+        async with asyncio.timeout(30):
+            await bus.close()
+        assert swallowed.is_set(), "the close sent no cancel at all"
+        assert stubborn.done(), "a closed connection's reconnect loop still runs"
+    finally:
+        for task in (stubborn, nats_py_own):
+            if task is not None:
+                task.cancel()

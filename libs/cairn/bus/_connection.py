@@ -29,6 +29,7 @@ from nats.js.errors import (
 from cairn import api, subjects, telemetry
 from cairn.bus import _lazyws
 from cairn.bus._consumers import ConsumerNames
+from cairn.bus._reconnects import end_reconnecting
 from cairn.bus._replicas import configured_replicas
 from cairn.bus._streams import ensure_stream
 from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
@@ -247,12 +248,14 @@ class Bus:
         """Flush what is buffered and close (acks included)."""
         self._closing = True
         if self.nc.is_closed:
+            await end_reconnecting(self.nc)
             return
         try:
             await self.nc.flush(timeout=2)
         except Exception:
             pass
         await self.nc.close()
+        await end_reconnecting(self.nc)
 
     @property
     def connected(self) -> bool:
@@ -503,6 +506,7 @@ async def _connected_or_refused(client: Client, connecting: asyncio.Future[None]
     connecting.cancel()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(client.close(), 5.0)
+    await end_reconnecting(client)
     if connecting in done:
         connecting.result()  # nats-py's own error, as `nats.connect` raised it
     if refusal.is_set():

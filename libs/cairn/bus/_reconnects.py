@@ -8,11 +8,21 @@ finds its writer: a service waiting out a 30 s authority outage held over a hund
 and their `ResourceWarning`s surfaced in whatever ran when they were collected. Here the
 previous connection of the transport is closed before a new one is opened. Applied once,
 when `cairn.bus` first imports nats (`_lazyws`).
+
+And a closed client's reconnect loop is made to end: on Python 3.11, `asyncio.wait_for`
+returns the inner result (here the refused connection's `OSError`) when a cancellation
+arrives just as the connection attempt fails, so the one cancel nats-py's `close()` sends
+can be swallowed; its server selection then catches that `OSError` and tries again every
+0.25 s, forever, on a client already closed (a service that never finishes shutting down,
+an event loop that never closes). `end_reconnecting` cancels until the loop has ended.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+END_RECONNECTING_S = 5.0
 
 
 def close_before_reconnect() -> None:
@@ -34,3 +44,18 @@ def close_before_reconnect() -> None:
 
     connect._cairn_closes_previous = True  # type: ignore[attr-defined]
     TcpTransport.connect = connect  # type: ignore[method-assign]
+
+
+async def end_reconnecting(client: Any) -> None:
+    """After `client.close()`: cancel its reconnect loop until it has really ended (bounded).
+
+    A cancel lands in the loop's next await (its 0.25 s back-off at the latest), so a loop
+    that swallowed one ends at the next; one that outlives `END_RECONNECTING_S` is left."""
+    task: asyncio.Task[None] | None = getattr(client, "_reconnection_task", None)
+    if task is None or task is asyncio.current_task():
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + END_RECONNECTING_S
+    while not task.done() and loop.time() < deadline:
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
