@@ -187,27 +187,46 @@ async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
     await first.close()  # the launcher goes down; its jobs do not
 
     second = make_backend(slurm_lab, root, driver)
+    step = ["the short job's end"]
     try:
-        async def short_ended() -> bool:
-            status = await second.status(short)
-            return status is not None and not status.active
+        # Every wait inside one bound under pytest's own, so a failure names the wait it was
+        # in, with what Slurm said, instead of pytest's bare timeout.
+        async with asyncio.timeout(90):
+            async def short_ended() -> bool:
+                status = await second.status(short)
+                return status is not None and not status.active
 
-        await until(short_ended)
-        found_long = await second.reattach(long)
-        found_short = await second.reattach(short)
-        assert found_long == long
-        assert isinstance(found_short, WorkerExit)
-        assert (found_short.exit_code, found_short.cause) == (7, "crashed")
-        go.touch()
-        ended = await asyncio.wait_for(second.wait(long), WAIT_S)
-        assert (ended.exit_code, ended.cause) == (5, "crashed")
-        # A job id that is now another launch's job is not adopted.
-        foreign = await second.reattach(msgspec_replace(short, launch_id="j9/site-a/c/0/0"))
-        assert isinstance(foreign, WorkerExit) and foreign.cause == "infrastructure"
-        assert "not this worker's" in foreign.message
+            await until(short_ended, timeout=80)
+            step[0] = "the reattach"
+            found_long = await second.reattach(long)
+            found_short = await second.reattach(short)
+            assert found_long == long
+            assert isinstance(found_short, WorkerExit)
+            assert (found_short.exit_code, found_short.cause) == (7, "crashed")
+            go.touch()
+            step[0] = "the long job's end, seen by the reattached watch"
+            ended = await second.wait(long)
+            assert (ended.exit_code, ended.cause) == (5, "crashed")
+            # A job id that is now another launch's job is not adopted.
+            step[0] = "the foreign job's reattach"
+            foreign = await second.reattach(msgspec_replace(short, launch_id="j9/site-a/c/0/0"))
+            assert isinstance(foreign, WorkerExit) and foreign.cause == "infrastructure"
+            assert "not this worker's" in foreign.message
+    except TimeoutError:
+        raise AssertionError(
+            f"{driver}: still waiting for {step[0]} after 90 s; Slurm says short="
+            f"{await _quietly(second.status(short))} long={await _quietly(second.status(long))}"
+            f"\n{slurm_lab.log_tail()}") from None
     finally:
         go.touch()
         await second.close()
+
+
+async def _quietly(asking: Any) -> Any:
+    try:
+        return await asyncio.wait_for(asking, 10)
+    except Exception as exc:  # a diagnostic: whatever went wrong is worth printing
+        return f"({type(exc).__name__}: {exc})"
 
 
 async def test_accounting_is_the_authority_once_asked(slurm_lab: SlurmLab, backend: SlurmBackend,
