@@ -69,6 +69,12 @@ REVOCATIONS_MAX_BYTES = 16 * 1024 * 1024
 SEED_MAX_BYTES = 4096
 RENEW_FRACTION = 0.2
 """A connection is asked to renew once less than this part of its session is left."""
+DECISIONS_AT_ONCE = 32
+"""Auth callouts answered concurrently: a site's first admission waits on JetStream (its
+streams) and every admission on a KV write; one at a time, a thousand sites starting
+together were admitted a few a second and timed out at the server."""
+PREPARE_AT_ONCE = 16
+"""Sites whose streams are made concurrently at start."""
 
 
 class AuthorityService:
@@ -91,6 +97,9 @@ class AuthorityService:
         self.studies: dict[str, study_state.StudyState] = {}
         self.connections: dict[tuple[str, int], Connection] = {}
         self._ensured_sites: set[str] = set()
+        self._ensuring: dict[str, asyncio.Future[None]] = {}
+        self._deciding = asyncio.Semaphore(DECISIONS_AT_ONCE)
+        self._answering: set[asyncio.Task[None]] = set()
         self._ensured_studies: set[str] = set()
         self._revocations_mtime = 0.0
         self._reader: Bus | None = None
@@ -133,7 +142,7 @@ class AuthorityService:
         await self._relearn()
         phases.mark("authority.relearned")
         self._auth = await self._connect("auth")
-        await self._auth.nc.subscribe(AUTH_SUBJECT, cb=self._on_auth_request)
+        await self._auth.nc.subscribe(AUTH_SUBJECT, cb=self._on_auth_message)
         await self._auth.nc.flush(timeout=5)
         (self.kit / "ready").write_text(f"{time.time()}\n")
         log.info("authority ready: %d studies, roots %s", len(self.studies),
@@ -144,9 +153,9 @@ class AuthorityService:
         try:
             await stop.wait()
         finally:
-            for task in tasks:
+            for task in (*tasks, *self._answering):
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._answering, return_exceptions=True)
             if not self.lost_lease:  # the ready file is the active authority's
                 (self.kit / "ready").unlink(missing_ok=True)
                 if self.lease is not None:
@@ -260,8 +269,14 @@ class AuthorityService:
         await objects(self._reader, subjects.OBJ_EVIDENCE)
         for study in self.studies:
             await self._ensure_study(study)
-        for site in self.federation.sites if self.federation else ():
-            await self._ensure_site(site.name)
+        at_once = asyncio.Semaphore(PREPARE_AT_ONCE)
+
+        async def prepare(site: str) -> None:
+            async with at_once:
+                await self._ensure_site(site)
+
+        await asyncio.gather(*(prepare(site.name)
+                               for site in (self.federation.sites if self.federation else ())))
 
     async def _ensure_study(self, study: str) -> None:
         if study in self._ensured_studies or self._reader is None:
@@ -271,8 +286,17 @@ class AuthorityService:
         self._ensured_studies.add(study)
 
     async def _ensure_site(self, site: str) -> None:
+        """Make `site`'s streams once; concurrent callers for one site share the work."""
         if site in self._ensured_sites or self._reader is None:
             return
+        making = self._ensuring.get(site)
+        if making is None:
+            making = self._ensuring[site] = asyncio.ensure_future(self._make_site(site))
+            making.add_done_callback(lambda _done: self._ensuring.pop(site, None))
+        await asyncio.shield(making)
+
+    async def _make_site(self, site: str) -> None:
+        assert self._reader is not None
         await self._reader.ensure_site(site)
         # Made here with the launcher's own bucket settings (the value type only decodes).
         await kv(self._reader, subjects.kv_launches(site), dict)
@@ -286,6 +310,21 @@ class AuthorityService:
         if not stop.is_set():
             self.lost_lease = True
             stop.set()
+
+    async def _on_auth_message(self, msg: Any) -> None:
+        """Answer each callout in its own task, up to `DECISIONS_AT_ONCE` at a time (beyond
+        that the subscription waits): one admission's JetStream and KV round trips never
+        hold up the next."""
+        await self._deciding.acquire()
+        task = asyncio.create_task(self._on_auth_request(msg), name="auth callout")
+        self._answering.add(task)
+        task.add_done_callback(self._answered)
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        self._answering.discard(task)
+        self._deciding.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("authorization answer failed: %s", task.exception())
 
     async def _on_auth_request(self, msg: Any) -> None:
         if self.lease is None or not self.lease.valid():
