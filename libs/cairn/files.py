@@ -110,3 +110,12 @@ def check_regular(path: str | Path, *, limit: int, shown: str | None = None) -> 
 def too_large(file: str, limit: int, limit_name: str | None = None) -> InvalidInput:
     setting = f" ({limit_name})" if limit_name else ""
     return InvalidInput(f"larger than the limit of {limit} bytes{setting}", file=file)
+
+
+def yaml_text(data: object) -> str:
+    """`data` as block YAML, keys in their order: through libyaml's emitter where PyYAML has
+    it (ten times the pure-Python one's speed: a thousand sites' files are written at start)."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, sort_keys=False)

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from cairn.files import yaml_text
 from cairn.runtime import context, phases, secure
 from cairn.runtime.dirlock import DirLock, Started, started
 from cairn.runtime.forked import (
@@ -151,7 +150,7 @@ class EmbeddedFederation:
                else create_key_files(stem))
         if not self.trust_file.exists():
             entry = trust_entry("federation", "first-party", key.verifying_key)
-            self.trust_file.write_text(yaml.safe_dump({"signers": [entry]}, sort_keys=False))
+            self.trust_file.write_text(yaml_text({"signers": [entry]}))
 
     # -- files ----------------------------------------------------------------------------
 
@@ -168,7 +167,7 @@ class EmbeddedFederation:
                 "admins": [{"name": DEFAULT_ADMIN, "org": "coord", "role": "project_admin"}],
                 "studies": {self.study: {"sites": list(self.sites), "admins": [DEFAULT_ADMIN]}},
             }
-            self.federation_file.write_text(yaml.safe_dump(fed, sort_keys=False))
+            self.federation_file.write_text(yaml_text(fed))
         cpus = max(2, os.cpu_count() or 2)
         for site in self.sites:
             sdir = self.site_dir(site)
@@ -181,7 +180,7 @@ class EmbeddedFederation:
                    "workdir": str((sdir / "work").resolve()),
                    "runtime": "local/study_runtime.yaml"}
             cfg.update(self.site_settings.get(site, {}))
-            (sdir / "site.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+            (sdir / "site.yaml").write_text(yaml_text(cfg))
             runtime = sdir / "local" / "study_runtime.yaml"
             if not runtime.exists():
                 studies = {
@@ -195,8 +194,7 @@ class EmbeddedFederation:
                     "validation": {"limits": {"cpus": cpus * 2, "memory": "8Gi",
                                               "concurrent_jobs": 1}},
                 }
-                runtime.write_text(yaml.safe_dump({"format": 1, "studies": studies},
-                                                  sort_keys=False))
+                runtime.write_text(yaml_text({"format": 1, "studies": studies}))
 
     # -- processes ------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ import yaml
 
 from cairn import files
 from cairn.errors import Conflict, InvalidInput, NotFound
+from cairn.files import yaml_text
 from cairn.names import check_name
 from cairn.spec.federation import Federation
 from cairn.trust import pki
@@ -121,12 +122,12 @@ def _write_kit(out: Path, identity: Identity, jwt: str, seed: str, *, url: str,
                                    + "\n")
     meta = {"federation": federation, "kind": identity.kind.value, "name": identity.name,
             "nats_url": url}
-    (kit / "kit.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    (kit / "kit.yaml").write_text(yaml_text(meta))
     context = {"nats_url": url, "creds": str((kit / creds).resolve()),
                "tls_ca": str((kit / "ca.pem").resolve()), "federation": federation}
     if identity.kind is Kind.ADMIN:
         context["actor"] = identity.name
-    (kit / "context.yaml").write_text(yaml.safe_dump(context, sort_keys=False))
+    (kit / "context.yaml").write_text(yaml_text(context))
     extra = "- `signing.nk`: the site's key for its workers' credentials. Secret.\n" \
         if signing_seed else ""
     if (kit / pki.CLIENT_CERT).exists():
@@ -340,8 +341,8 @@ def accept_site(kit: Path, signed: SignedSite, *, url: str, federation: str) -> 
     pki.write_private(kit / f"{kind}.creds", creds_file_text(signed.jwt, seed))
     (kit / "ca.pem").write_bytes(signed.ca)
     (kit / "roots.txt").write_text("\n".join(sorted(signed.roots)) + "\n")
-    (kit / "kit.yaml").write_text(yaml.safe_dump(
-        {"federation": federation, "kind": kind, "nats_url": url}, sort_keys=False))
+    (kit / "kit.yaml").write_text(yaml_text(
+        {"federation": federation, "kind": kind, "nats_url": url}))
     return kit / f"{kind}.creds"
 
 

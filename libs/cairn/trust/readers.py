@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from cairn.errors import Conflict, InvalidInput, NotFound
+from cairn.files import yaml_text
 from cairn.names import check_name
 from cairn.subjects.table import (
     EPHEMERAL_SLOTS,
@@ -255,7 +256,7 @@ def reader_kit(root: Path, name: str, *, study: str, data: bool = False,
         # The provisioning folder keeps every identity's name (and no secret of this one),
         # so the name is never handed out twice.
         record_dir.mkdir(parents=True, exist_ok=True)
-        record.write_text(yaml.safe_dump(meta, sort_keys=False))
+        record.write_text(yaml_text(meta))
     return ReaderKit(dir=kit, record=record, made=True, meta=meta)
 
 
@@ -277,11 +278,11 @@ def _write(root: Path, kit: Path, identity: Identity, jwt: str, seed: str, *, ur
         "streams": [{"name": s.name, "subjects": list(s.subjects), "store": s.store,
                      "what": s.doc} for s in streams],
     }
-    (kit / KIT_FILE).write_text(yaml.safe_dump(meta, sort_keys=False))
+    (kit / KIT_FILE).write_text(yaml_text(meta))
     context = {"nats_url": url, "creds": str((kit / CREDS).resolve()),
                "tls_ca": str((kit / "ca.pem").resolve()), "federation": federation,
                "study": identity.study}
-    (kit / "context.yaml").write_text(yaml.safe_dump(context, sort_keys=False))
+    (kit / "context.yaml").write_text(yaml_text(context))
     data_note = " and its data plane and job files" if identity.data else ""
     (kit / "README.md").write_text(README.format(
         name=identity.name, federation=federation, study=identity.study, data_note=data_note,
