@@ -199,6 +199,13 @@ CHANNELS: tuple[Channel, ...] = (
         ("signer", "coordinator"),
     ),
     Channel(
+        "validationTerm",
+        "cairn.validation.term",
+        "the validator's terms: its events are stored only while its term is the last begun",
+        ("validator",),
+        ("validator",),
+    ),
+    Channel(
         "evidence",
         "cairn.evidence.{site}.{recipe}",
         "signed evidence: an in-toto statement in a DSSE envelope (append-only)",

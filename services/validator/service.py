@@ -10,6 +10,13 @@ Check jobs are submitted to the coordinator as the validator's own actor, a proj
 the federation: `-O actor=NAME`, else the first project_admin of the `federation.seeded`
 event. Options: `actor`, `catalog` (recipe catalog directory; default as `cairn recipe`).
 
+Behind a lease (`cairn.runtime.standby`), the validator is fenced like the coordinator
+(`cairn.bus.Fence`): at take-over it begins its term (`validation.term` on
+`cairn.validation.term`) before it looks at any run, and JetStream stores its run events only
+while that term is the last begun. A validator that was frozen mid-run and wakes up after a
+standby took over (and ended its runs as cut off) is refused by the server: a run never
+ends twice.
+
 A run does not survive its validator: on start, each run this validator started within the
 last `ORPHAN_LOOKBACK` and never completed (it was killed mid-run) is completed with status
 `error` and a message saying so, so whoever follows it gets an answer instead of a timeout.
@@ -23,10 +30,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from cairn import api, subjects
-from cairn.bus import replay
+from cairn.bus import Fence, replay
 from cairn.client import Client
 from cairn.errors import NotFound, Unavailable
-from cairn.events import FEDERATION_DECODER, ValidationCompleted, ValidationStarted, now
+from cairn.events import (
+    FEDERATION_DECODER,
+    Event,
+    ValidationCompleted,
+    ValidationStarted,
+    ValidationTerm,
+    event_envelope,
+    now,
+)
 from cairn.names import check_name, new_ulid
 from cairn.recipes import Catalog, load_catalog, resolve
 from cairn.runtime.seed import project_admin
@@ -54,6 +69,7 @@ class ValidatorService:
         self.done = 0
         self._ready = False
         self.rt: Runtime | None = None
+        self.fence: Fence | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -82,9 +98,35 @@ class ValidatorService:
     async def start(self, rt: Runtime) -> None:
         self.rt = rt
         await rt.bus.ensure_federation()
+        lease = rt.leases.get(self.name)
+        if lease is not None:
+            self.fence = Fence(rt.bus, lease, self._term)
+            # Before any run is looked at: from here on an earlier validator is refused.
+            await self.fence.begin(subjects.FEDERATION_STREAM.name, subjects.validation_any())
         await self._close_orphans()
         await rt.serve_api(subjects.api_validation("run"), self._on_run, queue="validator")
         self._ready = True
+
+    async def publish(self, event: Event) -> int:
+        """Publish one of the validator's events: with its lease's term, and stored only
+        while that term is the last begun (`cairn.bus.Fence`).
+
+        Raises:
+            LeaseLost: this instance is not (or no longer) the active validator.
+        """
+        assert self.rt is not None
+        headers = self.rt.fence(self.name)
+        if self.fence is None:
+            return await self.rt.bus.publish(event, headers=headers)
+        return await self.fence.publish(event, subjects.FEDERATION_STREAM.name,
+                                        headers=headers)
+
+    def _term(self, stream: str) -> Event:
+        """The event that begins this validator's term (see `Fence`)."""
+        assert self.fence is not None
+        lease = self.fence.lease
+        return ValidationTerm(**event_envelope(self.source, id=f"validation.term.{lease.term}"),
+                              service=self.name, term=lease.term, holder=lease.record.holder)
 
     async def _close_orphans(self) -> None:
         assert self.rt is not None
@@ -104,7 +146,7 @@ class ValidatorService:
             log.warning("validation %s of %s was cut off by a restart: ending it as error",
                         run, begun.site)
             # A fixed id: a second restart before this lands publishes it once.
-            await self.rt.bus.publish(ValidationCompleted(
+            await self.publish(ValidationCompleted(
                 id=f"{run}.cut-off", at=now(), source=self.source, actor=begun.actor,
                 cause=begun.id, run=run, site=begun.site, recipe=begun.recipe, status="error",
                 message="the validator restarted during this run, which cannot resume (its "
@@ -147,7 +189,7 @@ class ValidatorService:
         jobs = CheckJobs(client, self.catalog, site=site, site_gpus=gpus, run=run_id)
         run = ValidationRun(self.rt.bus, jobs, recipe, site=site, run=run_id,
                             actor=envelope.actor, fresh=req.fresh,
-                            source=self.source)
+                            source=self.source, publish=self.publish)
         self.runs[run_id] = self.rt.spawn(self._serialised(site, run), f"validation:{run_id}")
         return api.ValidationAccepted(run=run_id, site=site, recipe=recipe.name, actor=actor)
 

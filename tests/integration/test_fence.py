@@ -134,3 +134,47 @@ async def test_begin_writes_nothing_on_a_stream_the_holder_never_wrote(bus: Bus)
     assert await lease.try_acquire()
     assert await fence_of(bus, lease).begin(STREAM, subjects.study_all(STUDY)) is None
     assert await stored(bus) == []
+
+
+async def test_a_validator_woken_after_its_standby_took_over_cannot_end_a_run_twice(
+        bus: Bus) -> None:
+    """The validator's own start and publish (`cairn.validator.service`): a run begun by a
+    validator that then froze is ended as cut off by the standby that took over; what the
+    first one sends on waking (its clock still says its lease is valid) is refused by the
+    server, and the run has one end."""
+    from cairn.events import FEDERATION_DECODER, ValidationCompleted, ValidationStarted
+    from cairn.runtime.service import Runtime, ServiceConfig
+    from cairn.validator.service import ValidatorService
+
+    async def validator(lease: Lease) -> ValidatorService:
+        config = ServiceConfig(site="hub", options={"actor": "ops"})
+        rt = Runtime(bus, config, "hub")
+        rt.leases["validator"] = lease
+        service = ValidatorService(config)
+        await service.start(rt)
+        return service
+
+    def fields(verb: str) -> dict[str, object]:
+        return {**event_envelope("validator@hub", actor="ops", id=f"run-1.{verb}"),
+                "run": "run-1", "site": "site-a", "recipe": "r1"}
+
+    first = Lease(bus, "validator", ttl_s=TTL_S, clock=Clock())
+    assert await first.try_acquire()
+    frozen = await validator(first)
+    await frozen.publish(ValidationStarted(**fields("started")))
+
+    second = Lease(bus, "validator")
+    assert await asyncio.wait_for(second.acquire(), 10 * TTL_S)
+    await validator(second)  # begins its term, then ends run-1 as cut off
+
+    assert first.valid()
+    with pytest.raises(Fenced):
+        await frozen.publish(ValidationCompleted(**fields("completed"), status="passed"))
+    assert first.lost.is_set()
+
+    ends = []
+    async for item in replay(bus, subjects.FEDERATION_STREAM.name, FEDERATION_DECODER,
+                             filters=[subjects.validation_any()]):
+        if isinstance(item.event, ValidationCompleted):
+            ends.append((item.event.run, item.event.status))
+    assert ends == [("run-1", "error")]

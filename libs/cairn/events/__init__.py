@@ -30,6 +30,7 @@ from cairn.events.federation import (
     ValidationCompleted,
     ValidationPhase,
     ValidationStarted,
+    ValidationTerm,
 )
 from cairn.events.job import (
     JOB_TERMINAL,
@@ -200,6 +201,7 @@ __all__ = [
     "ValidationCompleted",
     "ValidationPhase",
     "ValidationStarted",
+    "ValidationTerm",
     "WorkerAllocation",
     "WorkerEvent",
     "WorkerExited",

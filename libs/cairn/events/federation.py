@@ -43,6 +43,16 @@ class FederationTerm(Event, tag="federation.term", frozen=True, kw_only=True):
     holder: str
 
 
+class ValidationTerm(Event, tag="validation.term", frozen=True, kw_only=True):
+    """The validator that holds the lease now begins its term for validation runs (see
+    `StudyTerm`: the same fence, for the validator's `cairn.validation.*` events), so a
+    frozen validator that wakes up cannot finish a run its successor already ended."""
+
+    service: str
+    term: int
+    holder: str
+
+
 class SiteConfigLoaded(Event, tag="site.config-loaded", frozen=True, kw_only=True):
     """An agent (re)loaded its study runtime file."""
 
@@ -176,4 +186,5 @@ FederationEvent = (
     FederationSeeded | FederationSiteAdded | FederationTerm | SiteConfigLoaded | SiteConfigRejected
     | BackendDeclared | RecordSkipped
     | SnapshotRecorded | SnapshotDrift | ValidationStarted | ValidationPhase | ValidationCompleted
+    | ValidationTerm
 )
