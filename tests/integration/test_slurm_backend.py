@@ -175,28 +175,36 @@ async def test_a_two_node_job_has_a_rank_and_its_gpus_on_each_node(
 async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
         slurm_lab: SlurmLab, tmp_path: Path, code_dir: Path, driver: str) -> None:
     root = tmp_path / "site"
-    first = make_backend(slurm_lab, root, driver)
     # The long job runs until the test lets it end (bounded at ten minutes, and let end when
     # the test does), however slow the machine: a fixed sleep, or a bound near the time
     # Slurm takes to end the short job on a busy machine, could end it before the reattach
     # looks at it.
     go = tmp_path / "go"
-    long = await first.launch(spec(code_dir, ["bash", "-c", (
-        f"for i in $(seq 6000); do [ -e {go} ] && exit 5; sleep 0.1; done; exit 9")], rank=0))
-    short = await first.launch(spec(code_dir, ["bash", "-c", "exit 7"], rank=1))
-    await first.close()  # the launcher goes down; its jobs do not
-
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    step = ["the submits"]
+    first = make_backend(slurm_lab, root, driver)
     second = make_backend(slurm_lab, root, driver)
-    step = ["the short job's end"]
+    long = short = None
     try:
-        # Every wait inside one bound under pytest's own, so a failure names the wait it was
-        # in, with what Slurm said, instead of pytest's bare timeout.
-        async with asyncio.timeout(90):
+        # Every step inside one bound well under pytest's own, so a failure names the step
+        # it was in, when, and what Slurm said, instead of pytest's bare timeout.
+        async with asyncio.timeout(70):
+            long = await first.launch(spec(code_dir, ["bash", "-c", (
+                f"for i in $(seq 6000); do [ -e {go} ] && exit 5; sleep 0.1; done; exit 9")],
+                rank=0))
+            short = await first.launch(spec(code_dir, ["bash", "-c", "exit 7"], rank=1))
+            step[0] = "the first launcher's close"
+            await first.close()  # the launcher goes down; its jobs do not
+
+            step[0] = "the short job's end"
+
             async def short_ended() -> bool:
+                assert short is not None
                 status = await second.status(short)
                 return status is not None and not status.active
 
-            await until(short_ended, timeout=80)
+            await until(short_ended, timeout=70)
             step[0] = "the reattach"
             found_long = await second.reattach(long)
             found_short = await second.reattach(short)
@@ -214,17 +222,19 @@ async def test_reattach_after_a_restart_also_for_a_job_that_ended_meanwhile(
             assert "not this worker's" in foreign.message
     except TimeoutError:
         raise AssertionError(
-            f"{driver}: still waiting for {step[0]} after 90 s; Slurm says short="
-            f"{await _quietly(second.status(short))} long={await _quietly(second.status(long))}"
+            f"{driver}: still in {step[0]} {loop.time() - t0:.0f} s after the start; Slurm "
+            f"says short={await _quietly(second.status(short)) if short else None} "
+            f"long={await _quietly(second.status(long)) if long else None}"
             f"\n{slurm_lab.log_tail()}") from None
     finally:
         go.touch()
+        await first.close()
         await second.close()
 
 
 async def _quietly(asking: Any) -> Any:
     try:
-        return await asyncio.wait_for(asking, 10)
+        return await asyncio.wait_for(asking, 8)
     except Exception as exc:  # a diagnostic: whatever went wrong is worth printing
         return f"({type(exc).__name__}: {exc})"
 
