@@ -9,6 +9,12 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from cairn.subjects import StreamSpec
 
+MAX_CONSUMERS = 100_000
+"""Consumers a stream may have. nats-server 2.15 caps a stream that names no limit at 1,000
+(and reads -1 as "no limit named"), but a study's stream holds a durable consumer per site
+and service: the thousandth site of a federation could not start. Named here instead, high
+enough for ten thousand sites, low enough to still stop a runaway client."""
+
 
 def stream_config(spec: StreamSpec, replicas: int = 1) -> api.StreamConfig:
     return api.StreamConfig(
@@ -25,6 +31,7 @@ def stream_config(spec: StreamSpec, replicas: int = 1) -> api.StreamConfig:
         allow_direct=True,
         allow_rollup_hdrs=spec.allow_rollup,
         num_replicas=replicas,
+        max_consumers=MAX_CONSUMERS,
     )
 
 
@@ -47,6 +54,7 @@ async def ensure_stream(js: Any, spec: StreamSpec, replicas: int = 1) -> None:
     if (sorted(current.subjects or []) != sorted(config.subjects or [])
             or bool(current.deny_delete) != spec.deny_delete
             or bool(current.deny_purge) != spec.deny_purge
-            or bool(current.allow_rollup_hdrs) != spec.allow_rollup):
+            or bool(current.allow_rollup_hdrs) != spec.allow_rollup
+            or current.max_consumers != config.max_consumers):
         config.num_replicas = current.num_replicas
         await js.update_stream(config)
