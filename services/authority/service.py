@@ -147,7 +147,8 @@ class AuthorityService:
         (self.kit / "ready").write_text(f"{time.time()}\n")
         log.info("authority ready: %d studies, roots %s", len(self.studies),
                  ", ".join(sorted(self.authorizer.roots)))
-        tasks = [keeper, asyncio.create_task(self._poll_revocations(stop)),
+        tasks = [keeper, asyncio.create_task(self._prepare_sites()),
+                 asyncio.create_task(self._poll_revocations(stop)),
                  asyncio.create_task(self._sweeper(stop)),
                  asyncio.create_task(self._renewals(stop))]
         try:
@@ -269,11 +270,19 @@ class AuthorityService:
         await objects(self._reader, subjects.OBJ_EVIDENCE)
         for study in self.studies:
             await self._ensure_study(study)
+
+    async def _prepare_sites(self) -> None:
+        """Make every federation site's streams, 16 sites at a time, once the authority
+        answers: a site's first admission makes its own anyway (`_ensure_site`), so ten
+        thousand sites do not hold up the authority's start."""
         at_once = asyncio.Semaphore(PREPARE_AT_ONCE)
 
         async def prepare(site: str) -> None:
             async with at_once:
-                await self._ensure_site(site)
+                try:
+                    await self._ensure_site(site)
+                except Exception as exc:  # its first admission tries again
+                    log.warning("could not prepare streams of %s: %s", site, exc)
 
         await asyncio.gather(*(prepare(site.name)
                                for site in (self.federation.sites if self.federation else ())))
