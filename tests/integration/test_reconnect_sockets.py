@@ -52,10 +52,13 @@ async def test_a_closed_connection_stops_reconnecting_even_if_a_cancel_was_swall
     (`wait_for` hands back a refused attempt's error instead), and the loop then retries
     forever on a closed client: the event loop of whatever closed it never finishes. Here the
     loop swallows its first cancel as that race does; closing still ends it."""
-    bus = await Bus.connect(nats_server.url, name="closing-while-reconnecting")
-    swallowed = asyncio.Event()
+    disconnected, running, swallowed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    bus = await Bus.connect(nats_server.url, name="closing-while-reconnecting",
+                            on_event=lambda kind: disconnected.set()
+                            if kind == "disconnected" else None)
 
     async def stubborn_reconnect() -> None:
+        running.set()
         while True:
             try:
                 await asyncio.sleep(0.25)
@@ -66,12 +69,11 @@ async def test_a_closed_connection_stops_reconnecting_even_if_a_cancel_was_swall
 
     nats_server.stop()
     async with asyncio.timeout(30):
-        while bus.connected:
-            await asyncio.sleep(0.02)
+        await disconnected.wait()
     nats_py_own = bus.nc._reconnection_task
     stubborn = asyncio.get_running_loop().create_task(stubborn_reconnect())
     bus.nc._reconnection_task = stubborn
-    await asyncio.sleep(0)  # it runs, as nats-py's loop does
+    await running.wait()  # it runs, as nats-py's loop does
     try:
         async with asyncio.timeout(30):
             await bus.close()
