@@ -123,6 +123,35 @@ def test_the_hub_never_writes_as_a_site_or_a_worker() -> None:
     assert not _pub(HUB, "cairn.study.s1.job.j-1.site.site-a.exited")
 
 
+# (A study's lead admin asks each of its study's sites for logs and snapshots by name: its
+# rights grow with its own study's members, and only with those.)
+@pytest.mark.parametrize("identity", [HUB, SITE_A, WORKER,
+                                      Identity(kind=Kind.ADMIN, name="root@org-a",
+                                               admin_role="project_admin"),
+                                      Identity(kind=Kind.API, name="api")], ids=str)
+def test_rights_do_not_grow_with_the_federation(identity: Identity) -> None:
+    """A user JWT travels in the server's one auth answer (at most 1 MiB): rights that
+    named each site would not fit 10,000 sites, and would change whenever one joins."""
+    def members(sites: int) -> dict[str, Membership]:
+        names = frozenset({"site-a", *(f"site-{i:05d}" for i in range(sites))})
+        return {"s1": Membership(sites=names, admins=frozenset({"alice@org-a"}))}
+
+    few, many = (permissions(identity, KEY, members(n)) for n in (2, 10_000))
+    assert len(many.pub_allow) + len(many.sub_allow) <= len(few.pub_allow) + len(
+        few.sub_allow), "no right per site"
+
+
+def test_the_hub_reads_every_site_and_study_under_wildcards() -> None:
+    perms = permissions(HUB, KEY, MEMBERS)
+    # Also of a site or a study that joined after the hub connected.
+    for subject in ("cairn.site.site-z.launch.requested", "cairn.study.s9.job.j-1.completed",
+                    "cairn.site.site-z.snapshot", "cairn.deadletter.SITE_site-z"):
+        assert may(perms.sub_allow, subject), subject
+    assert not [s for s in perms.sub_allow if "site-a" in s or "s1" in s.split(".")]
+    # Each right once: none that another already covers.
+    assert "cairn.site.hub.snapshot" not in perms.sub_allow
+
+
 def test_a_reader_reads_its_study_and_writes_nothing() -> None:
     perms: Permissions = permissions(READER, KEY, MEMBERS)
     events = [p for p in perms.pub_allow if not p.startswith("$JS.API.")]

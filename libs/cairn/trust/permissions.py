@@ -191,7 +191,10 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for stream in STREAMS:
         for read in stream.reads:
             for access in _mine((read.access,), holder):
-                for name in _expand(stream.name, access, holder, ()):
+                # The hub reads every site's and study's stream through JetStream's whole
+                # API (below), so its live subjects stay wildcards (`cairn.site.*.launch.>`):
+                # its rights do not grow with the federation.
+                for name in _expand(stream.name, access, holder, (), each_known=not hub):
                     readable.append(name)
                     tokens = _tokens_of(stream.name, name)
                     stored = [_wild(fill_with(s, tokens, wildcards=True))
@@ -209,7 +212,7 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
                         pub += _stream_read(name, filters, names)
                     if stream.store in ("events", "files"):
                         sub += live
-    for consumer in CONSUMERS:
+    for consumer in () if hub else CONSUMERS:
         for access in _mine((consumer.owner,), holder):
             for stream_name in _expand(consumer.stream, access, holder, ()):
                 for durable in _expand(consumer.name, access, holder, ()):
@@ -231,7 +234,16 @@ def _rows(holder: Holder) -> tuple[tuple[str, ...], tuple[str, ...]]:
         # A site's parent on its leaf node names the federation's JetStream by its domain
         # (cairn.runtime.leaf): the same API calls, each under that name too.
         pub += [js_domain_api(p) for p in pub if p.startswith((js_api(""), "$KV."))]
-    return _unique(pub), _unique(sub)
+    return _narrowest(pub), _narrowest(sub)
+
+
+def _narrowest(items: Iterable[str]) -> tuple[str, ...]:
+    """`items` once each, in order, without those another item's wildcards cover already
+    (`cairn.site.hub.snapshot` beside `cairn.site.*.snapshot`): the same rights, shorter."""
+    unique = _unique(items)
+    wild = [p for p in unique if "*" in p.split(".") or p.endswith(".>")]
+    return tuple(s for s in unique
+                 if not any(w != s and covers(w, s) for w in wild))
 
 
 def _mine(accesses: Iterable[Access], holder: Holder) -> list[Access]:
@@ -268,13 +280,17 @@ def _values(placeholder: str, access: Access, holder: Holder,
     return ["*"]
 
 
-def _expand(pattern: str, access: Access, holder: Holder, verbs: tuple[str, ...]) -> list[str]:
+def _expand(pattern: str, access: Access, holder: Holder, verbs: tuple[str, ...], *,
+            each_known: bool = True) -> list[str]:
+    """`pattern` filled with each choice of tokens `holder` has under `access`. A wildcard
+    inside a token (`KV_launches_{site}`) is no NATS wildcard: with `each_known`, it becomes each
+    known study or site; without, the whole token becomes `*`."""
     from cairn.subjects.table import _PLACEHOLDER
 
     placeholders = list(dict.fromkeys(_PLACEHOLDER.findall(pattern)))
     choices = [_values(p, access, holder, verbs) for p in placeholders]
     for i, name in enumerate(placeholders):
-        if choices[i] == ["*"] and _embedded(pattern, name):
+        if each_known and choices[i] == ["*"] and _embedded(pattern, name):
             known = {"study": holder.known_studies, "site": holder.known_sites}.get(name)
             if known is not None:
                 choices[i] = list(known)
