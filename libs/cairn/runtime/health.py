@@ -10,12 +10,15 @@ answer (the bus or the service is down); 3: bad flags.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from cairn import subjects
 from cairn.bus import Bus
@@ -23,13 +26,14 @@ from cairn.errors import CairnError, Timeout, Unavailable
 from cairn.events.decoding import decode_with
 from cairn.runtime import context
 from cairn.runtime.service import ServiceConfig, parse_args
+from cairn.subjects.table import reply_inbox
 
 if TYPE_CHECKING:
     from cairn.runtime.embedded import EmbeddedFederation
 
 TIMEOUT_S = 3.0
-ASK_AT_ONCE = 200
-"""Health pings in flight at once while waiting for a federation to start."""
+ASK_S = 0.25
+"""How long one round of health pings waits for answers while a federation starts."""
 _ANY_JSON = msgspec.json.Decoder()
 
 
@@ -71,19 +75,8 @@ async def wait_healthy(fed: EmbeddedFederation, timeout: float = 30.0,
     bus = await Bus.connect(fed.nats_url, name="cairn-up", retry_for=timeout,
                             creds=auth.get("creds"), tls=context.tls_context(
                                 auth.get("tls_ca"), None, None))
-    # At most this many asked at once, and a pause that grows with how many are still to
-    # answer: 10,000 simulated sites asked all at once, every 20 ms, are a load of their own
-    # on the server and the services they wait for.
-    asking = asyncio.Semaphore(ASK_AT_ONCE)
+    pings = Pings(bus)
     try:
-        async def ready(svc: str, site: str) -> bool:
-            async with asking:
-                try:
-                    reply = await bus.request(subjects.health(svc, site), b"", timeout=0.25)
-                except Exception:
-                    return False
-            return is_ready(reply)
-
         pending = set(fed.expected())
         total, told = len(pending), -1
         while pending:
@@ -94,18 +87,70 @@ async def wait_healthy(fed: EmbeddedFederation, timeout: float = 30.0,
                 if proc.proc.poll() is not None:
                     raise Unavailable(f"{proc.name} exited with {proc.proc.returncode}; "
                                       f"see {proc.log}")
-            # All at once: a simulated federation has hundreds of services to ask.
-            asked = sorted(pending)
-            answers = await asyncio.gather(*(ready(svc, site) for svc, site in asked))
-            pending.difference_update(k for k, ok in zip(asked, answers, strict=True) if ok)
+            pending -= await pings.ask(pending, ASK_S)
             if pending and time.monotonic() - t0 > timeout:
                 raise Timeout(f"not healthy after {timeout:g}s: "
                               + ", ".join(f"{s}@{t}" for s, t in sorted(pending)))
             if pending:
-                await asyncio.sleep(min(1.0, 0.02 * max(1.0, len(pending) / ASK_AT_ONCE)))
+                # 10,000 simulated sites asked every 20 ms would be a load of their own on
+                # the server and on the services being waited for.
+                await asyncio.sleep(min(1.0, 0.02 * max(1.0, len(pending) / 200)))
     finally:
+        await pings.close()
         await bus.close()
     return time.monotonic() - t0
+
+
+class Pings:
+    """Health pings to many services at once: each service's answers arrive on an inbox of
+    its own health subject (`reply_inbox`), subscribed once for as long as it is asked (a
+    service behind a leaf node may answer there and nowhere broader), and each round is one
+    publish per service, not a request with a subscription of its own."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.base, _, self.token = bus.nc.new_inbox().rpartition(".")
+        self.subs: dict[tuple[str, str], Subscription] = {}
+        self.ready: set[tuple[str, str]] = set()
+
+    async def ask(self, services: Collection[tuple[str, str]],
+                  wait: float) -> set[tuple[str, str]]:
+        """Those of `services` that answer ready within `wait` seconds."""
+        self.ready = set()
+        everyone = asyncio.Event()
+        asked = set(services)
+
+        def on_reply(who: tuple[str, str]) -> Callable[[Msg], Awaitable[None]]:
+            async def heard(msg: Msg) -> None:
+                if msg.headers and msg.headers.get("Status"):
+                    return  # the server's "no responders", not a service's answer
+                if is_ready(msg.data) and who in asked:
+                    self.ready.add(who)
+                    if asked <= self.ready:
+                        everyone.set()
+            return heard
+
+        for who in asked - self.subs.keys():
+            subject = subjects.health(*who)
+            self.subs[who] = await self.bus.nc.subscribe(
+                reply_inbox(self.base, subject, "*"), cb=on_reply(who))
+        for who in asked:
+            subject = subjects.health(*who)
+            await self.bus.nc.publish(subject, b"", reply=reply_inbox(self.base, subject,
+                                                                       self.token))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(everyone.wait(), wait)
+        ready = set(self.ready)
+        for who in ready:
+            with contextlib.suppress(Exception):
+                await self.subs.pop(who).unsubscribe()
+        return ready
+
+    async def close(self) -> None:
+        for sub in self.subs.values():
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self.subs.clear()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
