@@ -29,12 +29,12 @@ import msgspec
 
 from cairn import subjects
 from cairn.authority.connections import Records, live_connections
-from cairn.bus import Bus, Lease, decode_event, kv, objects, replay
+from cairn.authority.kitfiles import KitFiles, seed
+from cairn.authority.streams import Streams
+from cairn.bus import Bus, Lease, decode_event, replay
 from cairn.bus._lease import DEFAULT_TTL_S
-from cairn.errors import CairnError
 from cairn.events import (
     STUDY_DECODER,
-    Heartbeat,
     JobAborted,
     JobCompleted,
     JobFailed,
@@ -45,7 +45,6 @@ from cairn.events import (
     StudySiteRemoved,
     WorkerExited,
 )
-from cairn.files import read_text
 from cairn.runtime import phases
 from cairn.runtime.context import tls_context
 from cairn.spec.federation import Federation
@@ -65,16 +64,12 @@ DISCONNECT_EVENTS = sys_disconnects(APP_ACCOUNT)
 REVOCATION_POLL_S = 0.5
 END_VERBS = ("completed", "failed", "aborted")
 SWEEP_DELAY_S = 0.3
-REVOCATIONS_MAX_BYTES = 16 * 1024 * 1024
-SEED_MAX_BYTES = 4096
 RENEW_FRACTION = 0.2
 """A connection is asked to renew once less than this part of its session is left."""
 DECISIONS_AT_ONCE = 32
 """Auth callouts answered concurrently: a site's first admission waits on JetStream (its
 streams) and every admission on a KV write; one at a time, a thousand sites starting
 together were admitted a few a second and timed out at the server."""
-PREPARE_AT_ONCE = 16
-"""Sites whose streams are made concurrently at start."""
 
 
 class AuthorityService:
@@ -91,22 +86,19 @@ class AuthorityService:
         # Every file of the kit read bounded (`cairn.files`): one message, never a hang.
         roots = read_roots_file(kit / "roots.txt")
         self.authorizer = Authorizer(roots=roots, session_s=session_s,
-                                     issuer_seed=_seed(kit / "account.nk"))
-        self.reader_key = public_key(_seed(kit / "reader.nk"))
+                                     issuer_seed=seed(kit / "account.nk"))
+        self.reader_key = public_key(seed(kit / "reader.nk"))
+        self.kit_files = KitFiles(kit, self.authorizer)
         self.records: Records | None = None
         self.studies: dict[str, study_state.StudyState] = {}
         self.connections: dict[tuple[str, int], Connection] = {}
-        self._ensured_sites: set[str] = set()
-        self._ensuring: dict[str, asyncio.Future[None]] = {}
         self._deciding = asyncio.Semaphore(DECISIONS_AT_ONCE)
         self._answering: set[asyncio.Task[None]] = set()
-        self._ensured_studies: set[str] = set()
-        self._revocations_mtime = 0.0
         self._reader: Bus | None = None
+        self.streams: Streams | None = None
         self._sys: Bus | None = None
         self._auth: Bus | None = None
         self._sweep = asyncio.Event()
-        self._roots_mtime = _mtime(kit / "roots.txt")
         self.lease_ttl_s = lease_ttl_s
         self.lease: Lease | None = None
         self.lost_lease = False
@@ -116,6 +108,7 @@ class AuthorityService:
     async def run(self, stop: asyncio.Event) -> None:
         phases.mark("authority.start")
         self._reader = await self._connect("reader")
+        self.streams = Streams(self._reader)
         # Once per federation: a standby waits here until the active one's lease is gone,
         # then rebuilds everything below from the bus and the kit, as a restart does.
         self.lease = Lease(self._reader, "authority", ttl_s=self.lease_ttl_s)
@@ -129,9 +122,9 @@ class AuthorityService:
         keeper = asyncio.create_task(self._keep_lease(stop))
         self._sys = await self._connect("sys")
         phases.mark("authority.connected")
-        self._load_revocations()
+        self.kit_files.revocations()
         self._seed_membership()
-        await self._prepare_streams()
+        await self.streams.federation(self.studies)
         phases.mark("authority.streams")
         await self._follow()
         phases.mark("authority.followed")
@@ -147,7 +140,8 @@ class AuthorityService:
         (self.kit / "ready").write_text(f"{time.time()}\n")
         log.info("authority ready: %d studies, roots %s", len(self.studies),
                  ", ".join(sorted(self.authorizer.roots)))
-        tasks = [keeper, asyncio.create_task(self._prepare_sites()),
+        tasks = [keeper, asyncio.create_task(self.streams.sites(
+                     site.name for site in (self.federation.sites if self.federation else ()))),
                  asyncio.create_task(self._poll_revocations(stop)),
                  asyncio.create_task(self._sweeper(stop)),
                  asyncio.create_task(self._renewals(stop))]
@@ -241,7 +235,8 @@ class AuthorityService:
             return
         if self._apply(event):
             if isinstance(event, StudyCreated) and event.study:
-                await self._ensure_study(event.study)
+                assert self.streams is not None
+                await self.streams.study(event.study)
             self._sweep.set()
 
     async def _on_studies_request(self, msg: Any) -> None:
@@ -258,58 +253,6 @@ class AuthorityService:
             studies = []
         if msg.reply:
             await msg.respond(json.dumps({"ok": True, "studies": studies}).encode())
-
-    # -- streams made for others ----------------------------------------------------------
-
-    async def _prepare_streams(self) -> None:
-        """Make the streams and buckets no other identity may create (see permissions)."""
-        assert self._reader is not None
-        await self._reader.ensure_federation()
-        await kv(self._reader, subjects.KV_SITES, Heartbeat)
-        await objects(self._reader, subjects.OBJ_SNAPSHOTS)
-        await objects(self._reader, subjects.OBJ_EVIDENCE)
-        for study in self.studies:
-            await self._ensure_study(study)
-
-    async def _prepare_sites(self) -> None:
-        """Make every federation site's streams, 16 sites at a time, once the authority
-        answers: a site's first admission makes its own anyway (`_ensure_site`), so ten
-        thousand sites do not hold up the authority's start."""
-        at_once = asyncio.Semaphore(PREPARE_AT_ONCE)
-
-        async def prepare(site: str) -> None:
-            async with at_once:
-                try:
-                    await self._ensure_site(site)
-                except Exception as exc:  # its first admission tries again
-                    log.warning("could not prepare streams of %s: %s", site, exc)
-
-        await asyncio.gather(*(prepare(site.name)
-                               for site in (self.federation.sites if self.federation else ())))
-
-    async def _ensure_study(self, study: str) -> None:
-        if study in self._ensured_studies or self._reader is None:
-            return
-        await self._reader.ensure_study(study)
-        await objects(self._reader, subjects.obj_artifacts(study))
-        self._ensured_studies.add(study)
-
-    async def _ensure_site(self, site: str) -> None:
-        """Make `site`'s streams once; concurrent callers for one site share the work."""
-        if site in self._ensured_sites or self._reader is None:
-            return
-        making = self._ensuring.get(site)
-        if making is None:
-            making = self._ensuring[site] = asyncio.ensure_future(self._make_site(site))
-            making.add_done_callback(lambda _done: self._ensuring.pop(site, None))
-        await asyncio.shield(making)
-
-    async def _make_site(self, site: str) -> None:
-        assert self._reader is not None
-        await self._reader.ensure_site(site)
-        # Made here with the launcher's own bucket settings (the value type only decodes).
-        await kv(self._reader, subjects.kv_launches(site), dict)
-        self._ensured_sites.add(site)
 
     # -- the callout ----------------------------------------------------------------------
 
@@ -349,9 +292,9 @@ class AuthorityService:
         if conn is None:
             log.warning("refused a connection: %s", decision.reason)
         else:
-            if conn.identity.kind in (Kind.SITE, Kind.HUB):
+            if conn.identity.kind in (Kind.SITE, Kind.HUB) and self.streams is not None:
                 try:
-                    await self._ensure_site(conn.identity.site)
+                    await self.streams.site(conn.identity.site)
                 except Exception as exc:  # the site may still connect; its start will retry
                     log.warning("could not prepare streams of %s: %s", conn.identity.site, exc)
             self.connections[(conn.server_id, conn.client_id)] = conn
@@ -442,63 +385,12 @@ class AuthorityService:
                 if conn.renewable and conn.expires and conn.expires - now < margin:
                     await self._kick(key, conn, "its session is renewed")
 
-    def _load_revocations(self) -> bool:
-        path = self.kit / "revoked.json"
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            return False
-        if mtime == self._revocations_mtime:
-            return False
-        self._revocations_mtime = mtime
-        try:
-            data = json.loads(read_text(path, limit=REVOCATIONS_MAX_BYTES))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-        except (CairnError, OSError, ValueError) as exc:
-            log.error("%s: cannot read revocations (%s); keeping the previous ones", path, exc)
-            return False
-        self.authorizer.revoked_names |= set(data.get("names", []))
-        self.authorizer.revoked_jtis |= set(data.get("jtis", []))
-        return True
-
-    def _load_roots(self) -> bool:
-        """Read the trust list (roots.txt) again when it changed: a root added is trusted,
-        a root removed is not, without a restart. A file that does not read keeps the
-        previous roots (and says why)."""
-        path = self.kit / "roots.txt"
-        mtime = _mtime(path)
-        if mtime == self._roots_mtime:
-            return False
-        self._roots_mtime = mtime
-        try:
-            roots = read_roots_file(path)
-        except CairnError as exc:
-            log.error("cannot read the trust list (%s); keeping the previous roots", exc)
-            return False
-        if roots == self.authorizer.roots:
-            return False
-        log.info("trust list reloaded: roots %s", ", ".join(sorted(roots)))
-        self.authorizer.roots = roots
-        return True
-
     async def _poll_revocations(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await asyncio.sleep(REVOCATION_POLL_S)
-            changed = self._load_revocations()
-            if self._load_roots() or changed:
+            changed = self.kit_files.revocations()
+            if self.kit_files.roots() or changed:
                 self._sweep.set()
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _seed(path: Path) -> str:
-    return read_text(path, limit=SEED_MAX_BYTES).strip()
 
 
 class _NoOrg:
