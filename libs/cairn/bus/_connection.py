@@ -7,7 +7,6 @@ import collections
 import contextlib
 import logging
 import os
-import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -28,11 +27,12 @@ from nats.js.errors import (
 
 from cairn import api, subjects, telemetry
 from cairn.bus import _lazyws
+from cairn.bus._connecting import Callbacks, connected_or_refused, probe
 from cairn.bus._consumers import ConsumerNames
 from cairn.bus._reconnects import end_reconnecting
 from cairn.bus._replicas import configured_replicas
 from cairn.bus._streams import ensure_stream
-from cairn.errors import CairnError, NotFound, PermissionDenied, Timeout, Unavailable
+from cairn.errors import CairnError, NotFound, Timeout, Unavailable
 from cairn.events import Event, encode
 from cairn.subjects import StreamSpec
 from cairn.subjects.table import js_api
@@ -150,86 +150,33 @@ class Bus:
         deadline = time.monotonic() + retry_for
         delay = 0.05
 
-        async def note(kind: str) -> None:
-            log.info("nats %s", kind)
-            if on_event is not None:
-                on_event(kind)
-
-        async def disconnected() -> None:
-            await note("disconnected")
-
-        async def reconnected() -> None:
-            await note("reconnected")
-            if holder:
-                holder[0].awaiting_rights.clear()
-            for listener in list(holder[0].reconnect_listeners if holder else ()):
-                listener()
-
-        holder: list[Bus] = []
-        last_error: list[str] = []
-
-        async def closed() -> None:
-            if holder and not holder[0]._closing:
-                holder[0].lost_reason = last_error[-1] if last_error else "closed"
-                holder[0].lost.set()
-
-        refused: list[CairnError] = []
-        refusal = asyncio.Event()
-        where = ", ".join(servers)
-
-        async def error(exc: Exception) -> None:
-            last_error.append(str(exc))
-            del last_error[:-1]
-            text = str(exc).lower()
-            if "authorization violation" in text:
-                refused.append(PermissionDenied(
-                    f"NATS at {where} refused this connection ({exc}): a credential of this "
-                    "federation is needed (the context's creds, $CAIRN_CREDS or --creds), "
-                    "not revoked or expired"))
-                refusal.set()
-            elif "certificate verify failed" in text:
-                refused.append(Unavailable(
-                    f"NATS at {where}: its certificate is not trusted ({exc}): give the "
-                    "federation CA (the context's tls_ca, $CAIRN_TLS_CA or --tls-ca)"))
-                refusal.set()
-            # The server refuses what an identity may not do without raising anywhere else.
-            sub = re.search(r'subscription to "?([^"\s]+)', str(exc), re.IGNORECASE)
-            if sub and holder and sub.group(1).lower() in holder[0].awaiting_rights:
-                log.info("the subscription to %s waits for this connection's renewed rights",
-                         sub.group(1))
-            elif "permissions violation" in text:
-                log.warning("nats refused: %s", exc)
-                if holder:
-                    holder[0].refusals.append(str(exc).lower())
-            else:
-                log.debug("nats error: %s", exc)
+        calls = Callbacks(servers, on_event)
 
         while True:
             try:
                 # nats.connect retries an unreachable first server forever when reconnects
                 # are allowed: probe it first, and bound the handshake.
-                await _probe(servers, connect_timeout)
+                await probe(servers, connect_timeout)
                 options: dict[str, Any] = {
                     "name": name, "tls": tls, **auth,
                     "connect_timeout": int(max(1, connect_timeout)), "allow_reconnect": True,
                     "max_reconnect_attempts": -1, "reconnect_time_wait": 0.25,
-                    "disconnected_cb": disconnected, "reconnected_cb": reconnected,
-                    "error_cb": error, "closed_cb": closed, "pending_size": 64 * 1024 * 1024}
+                    **calls.options(), "pending_size": 64 * 1024 * 1024}
                 client = Client()  # ours to close if it never connects (`nats.connect`'s is not)
                 connecting = asyncio.ensure_future(client.connect(servers, **options))
-                nc = await _connected_or_refused(client, connecting, refusal,
-                                                 connect_timeout + 3.0)
+                nc = await connected_or_refused(client, connecting, calls.refusal,
+                                                connect_timeout + 3.0)
                 if nc is None:
                     if time.monotonic() >= deadline:
-                        raise refused[-1]
+                        raise calls.refused[-1]
                     # A service waits out an authority that is (re)starting.
-                    log.warning("%s; retrying", refused[-1])
-                    refusal.clear()
+                    log.warning("%s; retrying", calls.refused[-1])
+                    calls.refusal.clear()
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
                     continue
                 bus = cls(nc, name=name)
-                holder.append(bus)
+                calls.bus = bus
                 bus.creds = creds
                 if creds is not None:
                     from cairn.trust.connect import consumer_names
@@ -486,48 +433,3 @@ class Bus:
                         from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-
-
-
-async def _connected_or_refused(client: Client, connecting: asyncio.Future[None],
-                                refusal: asyncio.Event, timeout: float) -> Client | None:
-    """`client` connected, or None once the server refused its authorization (nats-py would
-    otherwise keep retrying a refused first connection until the timeout). A client that
-    did not connect is closed, its socket with it: nats-py leaves it open when it gives up."""
-    refused: asyncio.Future[Any] = asyncio.ensure_future(refusal.wait())
-    waiting: set[asyncio.Future[Any]] = {connecting, refused}
-    try:
-        done, _ = await asyncio.wait(waiting, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        refused.cancel()
-    if connecting in done and connecting.exception() is None:
-        return client
-    connecting.cancel()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.close(), 5.0)
-    await end_reconnecting(client)
-    if connecting in done:
-        connecting.result()  # nats-py's own error, as `nats.connect` raised it
-    if refusal.is_set():
-        return None
-    raise TimeoutError
-
-
-async def _probe(servers: list[str], timeout: float) -> None:
-    """Raise OSError unless some server accepts a TCP connection."""
-    from urllib.parse import urlsplit
-
-    last: OSError = OSError("no servers")
-    for server in servers:
-        parts = urlsplit(server if "://" in server else f"nats://{server}")
-        try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 4222),
-                timeout)
-        except (TimeoutError, OSError) as exc:
-            last = exc if isinstance(exc, OSError) else OSError(f"{server}: timed out")
-            continue
-        writer.close()
-        return
-    raise last
