@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from cairn import api
+from cairn import events as ev
 from cairn.bus import Bus
 from cairn.client import Client
 from cairn.errors import Timeout, Unavailable
@@ -113,3 +115,27 @@ async def test_reading_events_on_a_connection_closed_for_good_is_unavailable(
     with pytest.raises(Unavailable, match="connection to NATS is closed"):
         async for _ in client.events():
             pass
+
+
+async def test_following_events_ends_once_its_connection_is_closed_for_good(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower rides out a server that does not answer for a while; a connection that
+    closed for good never answers again, so it says so at once, and its caller reconnects
+    (as `cairn events --follow` run again does), instead of trying the dead one on."""
+    from cairn.client import history
+
+    monkeypatch.setattr(history, "FOLLOW_OUTAGE_S", 3600.0)  # only the closed connection ends it
+    bus = await Bus.connect(nats_server.url, name="closed-follower")
+    await bus.ensure_study("demo")
+    await bus.publish(msgspec.convert(
+        {"type": "study.created", "id": "s-1", "at": "2026-01-01T00:00:00Z", "study": "demo",
+         "source": "coordinator@hub", "name": "demo", "sites": [], "admins": []},
+        ev.StudyCreated))
+    client = Client(bus, study="demo")
+    following = client.events(follow=True, poll=0.05)
+    async with asyncio.timeout(60):
+        first = await anext(following)  # the backlog: from here on it polls for new events
+        assert first.type == "study.created"
+        await bus.nc.close()
+        with pytest.raises(Unavailable, match="connection to NATS is closed"):
+            await anext(following)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import threading
+import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -95,6 +97,7 @@ class Session:
         self.context = Context(nats_url=fed.nats_url, study="demo", actor=DEFAULT_ADMIN,
                                **fed.client_options())
         self.client: Client | None = None
+        self.met: list[str] = []  # when the follower reopened its session, and why
 
     async def open(self) -> Client:
         if self.client is not None and self.client._bus.nc.is_closed:
@@ -116,7 +119,8 @@ class Session:
                 async for entry in client.events(follow=True, job=job, poll=0.1):
                     if not seen or entry.seq > seen[-1].seq:
                         seen.append(entry)
-            except CairnError:
+            except CairnError as exc:
+                self.met.append(f"{time.strftime('%H:%M:%S')} {type(exc).__name__}: {exc}")
                 await asyncio.sleep(0.2)
 
     async def ended(self, job: str, timeout: float = 90) -> JobState:
@@ -133,8 +137,10 @@ class Session:
 
 @pytest.mark.timeout(180)
 async def test_one_of_three_servers_killed_mid_job_loses_nothing(
-        cluster_fed: EmbeddedFederation, tmp_path: Path) -> None:
+        cluster_fed: EmbeddedFederation, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        ) -> None:
     fed = cluster_fed
+    caplog.set_level(logging.INFO, logger="cairn")
     assert fed.cluster is not None
     members = fed.nats_members()
     ports = [(m.port, m.monitor_port) for m in members]
@@ -168,16 +174,25 @@ async def test_one_of_three_servers_killed_mid_job_loses_nothing(
         leader = str(_streams(members[0])["STUDY_demo"]["cluster"]["leader"])  # type: ignore[index]
         victim = int(leader.rsplit("-", 1)[1])  # the study stream's leader: the worst one
         os.kill(members[victim].proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        killed_at = time.strftime("%H:%M:%S")
 
         final = await session.ended(job_id)
         assert final.state == "completed", (final.cause, final.message, final.workers)
         history = await _history(fed, job_id)
         # The follower has what the stream holds once it got to the job's last event.
-        async with asyncio.timeout(15):
-            while not seen or seen[-1].seq < history[-1][0]:
-                # A follower that died raised what the client must not (not a CairnError).
-                assert not follower.done(), follower.exception()
-                await asyncio.sleep(0.05)
+        try:
+            async with asyncio.timeout(30):
+                while not seen or seen[-1].seq < history[-1][0]:
+                    # A follower that died raised what the client must not (not a CairnError).
+                    assert not follower.done(), follower.exception()
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            said_of_reads = [f"{time.strftime('%H:%M:%S', time.localtime(r.created))} "
+                             f"{r.getMessage()}" for r in caplog.records
+                             if r.name in ("cairn.client", "cairn.bus")][-15:]
+            pytest.fail(f"the follower stopped at seq {seen[-1].seq if seen else None} of "
+                        f"{history[-1][0]} (server killed at {killed_at}); it reopened after "
+                        f"{watcher_session.met[-10:]}; the reads said {said_of_reads}")
         follower.cancel()
     finally:
         stop.set()

@@ -51,8 +51,8 @@ async def study_events(bus: Bus, study: str, *, tail: int | None, follow: bool, 
             # missed or repeated; give up only on an outage that lasts.
             now = time.monotonic()
             failing_since = failing_since or now
-            if now - failing_since >= FOLLOW_OUTAGE_S:
-                raise
+            if now - failing_since >= FOLLOW_OUTAGE_S or bus.nc.is_closed:
+                raise  # an outage that lasts, or a connection closed for good: no use
             log.info("follow %s: %s; reading on", stream, exc)
 
 
