@@ -37,6 +37,8 @@ at once ask JetStream's API more than it answers within its timeout on a small m
 
 
 THREADS = 32
+RESTARTS = 5
+"""Times a site whose services exited with an error is started again."""
 
 
 class SitePlan(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -96,14 +98,31 @@ async def run_sites(plan: ParentPlan, stop: asyncio.Event | None = None) -> int:
                for s in plan.sites]
     gate = asyncio.Semaphore(STARTING_AT_ONCE)
 
-    async def one(config: ServiceConfig) -> int:
+    async def once(config: ServiceConfig) -> int:
         started = asyncio.Event()
         async with gate:
             task = asyncio.ensure_future(run(plan.services, config, stop, started))
             waiting = asyncio.ensure_future(started.wait())
             await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
             waiting.cancel()
-        return await task
+        try:
+            return await task
+        except CairnError as exc:
+            print(f"error: site {config.site}: {exc}", file=sys.stderr)
+            return exc.exit_code
+
+    async def one(config: ServiceConfig) -> int:
+        # As each site's own supervisor would: a site whose services ended with an error
+        # (its connection closed for good, JetStream silent through its start) is started
+        # again, and the other sites of this process run on meanwhile.
+        for attempt in range(1, RESTARTS + 2):
+            code = await once(config)
+            if code == 0 or stop.is_set() or attempt > RESTARTS:
+                return code
+            print(f"site {config.site}: its services exited with {code}; starting them "
+                  f"again ({attempt} of {RESTARTS})", file=sys.stderr)
+            await asyncio.sleep(min(2.0 * attempt, 10.0))
+        return code
 
     codes = await asyncio.gather(*(one(c) for c in configs))
     return max(codes, default=0)
