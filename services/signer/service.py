@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from cairn import api, subjects
 from cairn.errors import InvalidInput, NotFound, Unavailable, Unverified
-from cairn.events import FEDERATION_DECODER, ValidationCompleted
+from cairn.events import FEDERATION_DECODER, EvidenceRecorded, ValidationCompleted
 from cairn.evidence.bundle import build_bundle, unpack
 from cairn.evidence.keys import SigningKey, create_key_files, key_paths, load_signing_key
 from cairn.evidence.store import publish_bundle
@@ -108,10 +108,23 @@ class SignerService:
                         event.run)
             return
         files = build_bundle(outcome, self.keys)
-        recorded = await publish_bundle(self.rt.bus, files, source=self.source)
+        recorded = await self._publish(files, origin="signer")
         self.signed += 1
         log.info("evidence %s for %s/%s (%s): %s", recorded.bundle[:12], event.site,
                  event.recipe, event.run, recorded.result)
+
+    async def _publish(self, files: dict[str, bytes], *, origin: str) -> EvidenceRecorded:
+        """Store and announce a bundle, only while this signer's lease is valid: a signer
+        that was frozen and wakes after its standby took over publishes nothing (the
+        standby signs the same run into the same bundle, under the same id).
+
+        Raises:
+            LeaseLost: this instance is not (or no longer) the active signer.
+        """
+        assert self.rt is not None
+        headers = self.rt.fence(self.name)
+        return await publish_bundle(self.rt.bus, files, source=self.source, origin=origin,
+                                    headers=headers)
 
     async def _on_submit(self, envelope: api.Envelope, address: ApiAddress) -> api.Result:
         assert self.rt is not None
@@ -131,8 +144,7 @@ class SignerService:
             # Tampered or forged, not unreadable: the same code `cairn evidence verify` exits with.
             raise Unverified("; ".join(f"{c.name}: {c.reason}: {c.message}" for c in broken),
                                file="submitted bundle")
-        recorded = await publish_bundle(self.rt.bus, files, source=self.source,
-                                        origin="submitted")
+        recorded = await self._publish(files, origin="submitted")
         self.submitted += 1
         signature = result.check("signature")
         return api.EvidenceAccepted(bundle=recorded.bundle, site=recorded.site,

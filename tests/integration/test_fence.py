@@ -7,6 +7,7 @@ lost. A stream's first event stays its own."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +179,54 @@ async def test_a_validator_woken_after_its_standby_took_over_cannot_end_a_run_tw
         if isinstance(item.event, ValidationCompleted):
             ends.append((item.event.run, item.event.status))
     assert ends == [("run-1", "error")]
+
+
+class Stepped:
+    """A clock its test moves: a holder frozen past its lease, then as it was."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_signer_whose_lease_is_not_valid_publishes_no_evidence(
+        bus: Bus, tmp_path: Path) -> None:
+    """The signer's own start and publish (`cairn.signer.service`): a signer frozen past its
+    lease publishes nothing (its standby signs the same run into the same bundle); the
+    same signer while its lease is valid stores and announces it."""
+    import base64
+
+    from cairn import api
+    from cairn.bus import LeaseLost
+    from cairn.evidence.bundle import pack
+    from cairn.evidence.keys import create_key_files, key_paths
+    from cairn.evidence.store import recorded
+    from cairn.runtime.service import Runtime, ServiceConfig
+    from cairn.signer.service import SignerService
+    from cairn.subjects import ApiAddress
+    from tests.fixtures import evidence as fx
+
+    key = create_key_files(tmp_path / "signer")
+    config = ServiceConfig(site="hub",
+                           options={"evidence_key": str(key_paths(tmp_path / "signer")[0])})
+    clock = Stepped()
+    lease = Lease(bus, "signer", ttl_s=TTL_S, clock=clock)
+    assert await lease.try_acquire()
+    rt = Runtime(bus, config, "hub")
+    rt.leases["signer"] = lease
+    signer = SignerService(config)
+    await signer.start(rt)
+    packed = base64.b64encode(pack(fx.bundle("site-a", [key]))).decode()
+    submit = api.Envelope(request=api.EvidenceSubmit(bundle_b64=packed), actor="ops")
+    where = ApiAddress(scope="validation", verb="evidence-submit")
+
+    clock.now = 10 * TTL_S  # frozen, and woken after its lease ran out
+    with pytest.raises(LeaseLost):
+        await signer._on_submit(submit, where)
+    assert await recorded(bus, "site-a") == []
+
+    clock.now = 0.0  # the same signer, its lease valid
+    await signer._on_submit(submit, where)
+    assert [e.site for e in await recorded(bus, "site-a")] == ["site-a"]

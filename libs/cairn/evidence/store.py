@@ -42,12 +42,13 @@ def describe(files: Mapping[str, bytes], *, source: str, origin: str = "signer",
 
 
 async def publish_bundle(bus: Bus, files: Mapping[str, bytes], *, source: str,
-                         origin: str = "signer", actor: str | None = None) -> EvidenceRecorded:
-    """Store the bundle and announce it; returns the announcement."""
+                         origin: str = "signer", actor: str | None = None,
+                         headers: dict[str, str] | None = None) -> EvidenceRecorded:
+    """Store the bundle and announce it (with `headers`); returns the announcement."""
     packed, event = describe(files, source=source, origin=origin, actor=actor)
     await bus.ensure(subjects.EVIDENCE_STREAM)
     await (await objects(bus, subjects.OBJ_EVIDENCE)).put(packed)
-    await bus.publish(event)
+    await bus.publish(event, headers=headers)
     return event
 
 
