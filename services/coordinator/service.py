@@ -48,6 +48,8 @@ from cairn.state.study import StudyState
 from cairn.state.view import StudyView
 
 log = logging.getLogger("cairn.coordinator")
+PUBLISHING_AT_ONCE = 32
+"""Jobs whose decisions of one tick are published at the same time."""
 
 
 class CoordinatorService:
@@ -76,6 +78,7 @@ class CoordinatorService:
         # ends; empty after a restart, when deciding again is right.
         self.published: dict[str, set[str]] = {}
         self._lock = asyncio.Lock()
+        self._publishing = asyncio.Semaphore(PUBLISHING_AT_ONCE)
         self._applied = asyncio.Condition()
         self.started_at = datetime.now(UTC)
         self.evidence = EvidenceBoard(opts, verifier="coordinator")
@@ -317,19 +320,27 @@ class CoordinatorService:
                 del self.published[job_id]
 
     async def _decide(self, study: str, job_id: str, ctx: Context | None = None) -> None:
+        await self._publish_decided(study, job_id, await self._decisions(study, job_id, ctx))
+
+    async def _decisions(self, study: str, job_id: str, ctx: Context | None) -> list[Event]:
+        """What the job needs now that was not published (and acknowledged) already."""
         view = self.studies[study].view
         job = view.jobs.get(job_id)
         if job is None or job.terminal:
-            return
+            return []
         if job.spec.requires is not None and job.state in ("submitted", "queued"):
             # A gated dispatch judges the freshest evidence and snapshots (eligibility.py).
             await self.evidence.catch_up(sorted(self.fed_sites), job.spec.requires.recipe)
             ctx = self.context()
         sent = self.published.setdefault(job_id, set())
-        decided = [e for e in decide_job(job, view.study, ctx or self.context())
-                   if e.id not in sent]
+        return [e for e in decide_job(job, view.study, ctx or self.context())
+                if e.id not in sent]
+
+    async def _publish_decided(self, study: str, job_id: str, decided: list[Event]) -> None:
+        """Publish one job's decisions in order, each after the one before was stored."""
         if not decided:
             return
+        sent = self.published.setdefault(job_id, set())
         with telemetry.continued(self.job_traces.get(job_id), "coordinator decide",
                                  **{"cairn.study": study, "cairn.job": job_id,
                                     "cairn.decision": ",".join(tag_of(e) for e in decided)}):
@@ -347,9 +358,18 @@ class CoordinatorService:
             ctx = self.context()
             async with self._lock:
                 # The jobs not ended only: the study's whole history grows without bound.
-                for study, live in list(self.studies.items()):
-                    for job_id in sorted(live.live):
-                        await self._decide(study, job_id, ctx)
+                # Decided in turn, then published up to PUBLISHING_AT_ONCE jobs at a time
+                # (each job's events in order): a backlog that capacity just opened for is
+                # dispatched at the rate the server stores, not one round trip per event.
+                decided = [(study, job_id, events)
+                           for study, live in list(self.studies.items())
+                           for job_id in sorted(live.live)
+                           if (events := await self._decisions(study, job_id, ctx))]
+                await asyncio.gather(*(self._publish_bounded(*one) for one in decided))
+
+    async def _publish_bounded(self, study: str, job_id: str, events: list[Event]) -> None:
+        async with self._publishing:
+            await self._publish_decided(study, job_id, events)
 
     # -- requests -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 import msgspec
 from nats.errors import ConnectionClosedError
 from nats.js import api
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import ServiceUnavailableError
 
 from cairn.bus._connection import Bus
 from cairn.bus._consumers import create_ephemeral, delete_consumer
@@ -28,8 +28,6 @@ MAX_FETCH_S = 10.0
 """The longest a fetch waits once earlier ones timed out (each timeout doubles the wait)."""
 STALL_S = 60.0
 """How long a replay waits for a server that holds more of the history but sends none."""
-INFO_S = 1.0
-"""How long a stalled replay waits to hear whether JetStream answers for its consumer."""
 
 
 class Replayed(msgspec.Struct, Generic[T], frozen=True):
@@ -107,15 +105,11 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
                 if now - stalled_since >= STALL_S:
                     raise Unavailable(f"replay of {stream}: {pending} message(s) not "
                                       f"delivered within {STALL_S:g}s") from None
-                if await _answers(bus, stream, name):
-                    # JetStream answers at once, so this fetch was lost (its connection
-                    # moved to another server of a cluster) or its consumer was (with the
-                    # server that held it): a new one delivers at once.
-                    wait = fetch_timeout
-                else:
-                    wait = min(wait * 2, max(fetch_timeout, MAX_FETCH_S))  # busy: more time
+                # A longer wait costs nothing once messages flow (a fetch returns as soon as
+                # they come), and gives a busy server the time it needs.
+                wait = min(wait * 2, max(fetch_timeout, MAX_FETCH_S))
                 log.info("replay of %s: none of %d pending delivered; reading on from %s "
-                         "(next fetch waits %.0fs)", stream, pending,
+                         "(next fetch waits %.3gs)", stream, pending,
                          "the start" if last_seq is None else f"seq {last_seq + 1}", wait)
                 if last_seq is None or not last_per_subject:
                     with contextlib.suppress(Exception):
@@ -155,15 +149,3 @@ async def replay(bus: Bus, stream: str, decoder: msgspec.json.Decoder[T] | None 
         except Exception:
             pass
         await delete_consumer(bus, stream, name)
-
-
-async def _answers(bus: Bus, stream: str, name: str) -> bool:
-    """Whether JetStream answers for consumer `name` within a second: that it is there, or
-    that it is gone. No answer (or none but "unavailable") is a busy server."""
-    try:
-        await bus.js.consumer_info(stream, name, timeout=INFO_S)
-    except NotFoundError:
-        return True
-    except Exception:  # no answer in time, no leader, no connection
-        return False
-    return True
