@@ -111,40 +111,44 @@ class Pings:
         self.bus = bus
         self.base, _, self.token = bus.nc.new_inbox().rpartition(".")
         self.subs: dict[tuple[str, str], Subscription] = {}
+        self.asked: set[tuple[str, str]] = set()
+        self.heard: set[tuple[str, str]] = set()
         self.ready: set[tuple[str, str]] = set()
+        self.everyone = asyncio.Event()
 
     async def ask(self, services: Collection[tuple[str, str]],
                   wait: float) -> set[tuple[str, str]]:
-        """Those of `services` that answer ready within `wait` seconds."""
-        self.ready = set()
-        everyone = asyncio.Event()
-        asked = set(services)
-
-        def on_reply(who: tuple[str, str]) -> Callable[[Msg], Awaitable[None]]:
-            async def heard(msg: Msg) -> None:
-                if msg.headers and msg.headers.get("Status"):
-                    return  # the server's "no responders", not a service's answer
-                if is_ready(msg.data) and who in asked:
-                    self.ready.add(who)
-                    if asked <= self.ready:
-                        everyone.set()
-            return heard
-
-        for who in asked - self.subs.keys():
-            subject = subjects.health(*who)
+        """Those of `services` that answer ready within `wait` seconds (the round ends
+        sooner once every one of them has answered, ready or not)."""
+        self.asked, self.heard, self.ready = set(services), set(), set()
+        self.everyone = asyncio.Event()
+        for who in self.asked - self.subs.keys():
             self.subs[who] = await self.bus.nc.subscribe(
-                reply_inbox(self.base, subject, "*"), cb=on_reply(who))
-        for who in asked:
+                reply_inbox(self.base, subjects.health(*who), "*"), cb=self._answer(who))
+        for who in self.asked:
             subject = subjects.health(*who)
             await self.bus.nc.publish(subject, b"", reply=reply_inbox(self.base, subject,
                                                                        self.token))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(everyone.wait(), wait)
+            await asyncio.wait_for(self.everyone.wait(), wait)
         ready = set(self.ready)
         for who in ready:
             with contextlib.suppress(Exception):
                 await self.subs.pop(who).unsubscribe()
         return ready
+
+    def _answer(self, who: tuple[str, str]) -> Callable[[Msg], Awaitable[None]]:
+        async def answered(msg: Msg) -> None:
+            if who not in self.asked:
+                return
+            # The server's "no responders" status says as much as a "not ready": the round
+            # ends once every service asked has been heard of.
+            if not (msg.headers and msg.headers.get("Status")) and is_ready(msg.data):
+                self.ready.add(who)
+            self.heard.add(who)
+            if self.asked <= self.heard:
+                self.everyone.set()
+        return answered
 
     async def close(self) -> None:
         for sub in self.subs.values():
