@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -98,6 +98,19 @@ class Session:
                                **fed.client_options())
         self.client: Client | None = None
         self.met: list[str] = []  # when the follower reopened its session, and why
+        self.grew = asyncio.Event()  # set whenever the follower saw a new event
+
+    async def until(self, reached: Callable[[], bool], follower: asyncio.Task[None]) -> None:
+        """Wait, on the follower's own progress, until `reached()` holds."""
+        while not reached():
+            # A follower that died raised what the client must not (not a CairnError).
+            assert not follower.done(), follower.exception()
+            self.grew.clear()
+            grew = asyncio.ensure_future(self.grew.wait())
+            try:
+                await asyncio.wait({grew, follower}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                grew.cancel()
 
     async def open(self) -> Client:
         if self.client is not None and self.client._bus.nc.is_closed:
@@ -119,6 +132,7 @@ class Session:
                 async for entry in client.events(follow=True, job=job, poll=0.1):
                     if not seen or entry.seq > seen[-1].seq:
                         seen.append(entry)
+                        self.grew.set()
             except CairnError as exc:
                 self.met.append(f"{time.strftime('%H:%M:%S')} {type(exc).__name__}: {exc}")
                 await asyncio.sleep(0.2)
@@ -168,9 +182,8 @@ async def test_one_of_three_servers_killed_mid_job_loses_nothing(
         job_id = await client.submit(write_job(tmp_path / "job", script=TICKER, roles=ROLES))
         follower = asyncio.create_task(watcher_session.follow(job_id, seen))
         # Mid-job: both workers have stored some of their metrics and not all.
-        while sum(e.type == "worker.metric" for e in seen) < 6:
-            assert not follower.done(), follower
-            await asyncio.sleep(0.05)
+        await watcher_session.until(lambda: sum(e.type == "worker.metric" for e in seen) >= 6,
+                                    follower)
         leader = str(_streams(members[0])["STUDY_demo"]["cluster"]["leader"])  # type: ignore[index]
         victim = int(leader.rsplit("-", 1)[1])  # the study stream's leader: the worst one
         os.kill(members[victim].proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
@@ -182,10 +195,8 @@ async def test_one_of_three_servers_killed_mid_job_loses_nothing(
         # The follower has what the stream holds once it got to the job's last event.
         try:
             async with asyncio.timeout(30):
-                while not seen or seen[-1].seq < history[-1][0]:
-                    # A follower that died raised what the client must not (not a CairnError).
-                    assert not follower.done(), follower.exception()
-                    await asyncio.sleep(0.05)
+                await watcher_session.until(lambda: bool(seen) and seen[-1].seq >= history[-1][0],
+                                            follower)
         except TimeoutError:
             said_of_reads = [f"{time.strftime('%H:%M:%S', time.localtime(r.created))} "
                              f"{r.getMessage()}" for r in caplog.records

@@ -115,10 +115,9 @@ async def run_sites(plan: ParentPlan, stop: asyncio.Event | None = None) -> int:
         # As each site's own supervisor would: a site whose services ended with an error
         # (its connection closed for good, JetStream silent through its start) is started
         # again, and the other sites of this process run on meanwhile.
-        for attempt in range(1, RESTARTS + 2):
-            code = await once(config)
-            if code == 0 or stop.is_set() or attempt > RESTARTS:
-                return code
+        attempt = 0
+        while (code := await once(config)) != 0 and not stop.is_set() and attempt < RESTARTS:
+            attempt += 1
             print(f"site {config.site}: its services exited with {code}; starting them "
                   f"again ({attempt} of {RESTARTS})", file=sys.stderr)
             await asyncio.sleep(min(2.0 * attempt, 10.0))

@@ -252,23 +252,8 @@ def _narrowest(items: Iterable[str]) -> tuple[str, ...]:
     """`items` once each, in order, without those another item's wildcards cover already
     (`cairn.site.hub.snapshot` beside `cairn.site.*.snapshot`): the same rights, shorter."""
     unique = _unique(items)
-    # Each wildcard under the tokens before its first wildcard: a subject need only be held
-    # against those filed under one of its own prefixes.
-    wild: dict[tuple[str, ...], list[str]] = {}
-    for pattern in unique:
-        tokens = pattern.split(".")
-        first = next((i for i, t in enumerate(tokens) if t in ("*", ">")), None)
-        if first is not None:
-            wild.setdefault(tuple(tokens[:first]), []).append(pattern)
-    if not wild:
-        return unique
-    out = []
-    for subject in unique:
-        tokens = subject.split(".")
-        if not any(w != subject and covers(w, subject)
-                   for i in range(len(tokens)) for w in wild.get(tuple(tokens[:i]), ())):
-            out.append(subject)
-    return tuple(out)
+    wild = [p for p in unique if "*" in p.split(".") or p.endswith(".>")]
+    return tuple(s for s in unique if not any(w != s and covers(w, s) for w in wild))
 
 
 def _mine(accesses: Iterable[Access], holder: Holder) -> list[Access]:
