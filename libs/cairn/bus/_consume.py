@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -19,23 +18,15 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import api
-from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from cairn import subjects, telemetry
 from cairn.bus._connection import MSG_ID, Bus
+from cairn.bus._pull import PullFailed, Pulls
 from cairn.events import DeadLettered, now
 from cairn.events.decoding import decode_with
 
 log = logging.getLogger("cairn.bus")
-_STOPPING = {api.Header.STATUS.value: "499", api.Header.DESCRIPTION.value: "consumer stopping"}
-"""The status a stopping consumer hands its own poll to end it."""
-_SHORT_PULL = 0.005
-"""How long a pull for a backlog waits (seconds): what is there, at once."""
-_STRAY_MARGIN = 2.0
-"""How long after a pull request's expiry a stopped consumer still expects deliveries for it
-(the server counts the expiry from when it took the request)."""
-_STRAY_CATCHERS: set[asyncio.Task[None]] = set()
 T = TypeVar("T")
 
 
@@ -79,13 +70,11 @@ class Subscription(Generic[T]):
         self.last_seq = 0
         """The stream sequence of the last message handled: a consumer that disappears is
         made again from the one after it."""
-        self._psub: Any = None
+        self._pulls: Pulls | None = None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
-        self._requests_end = 0.0
-        """When (loop time) the last pull request sent expires at the server."""
 
     def _config(self) -> api.ConsumerConfig:
         return api.ConsumerConfig(
@@ -102,29 +91,25 @@ class Subscription(Generic[T]):
         )
 
     async def _bind(self) -> None:
-        js = self.bus.js
         try:
-            await js.add_consumer(self.stream, self._config())
+            await self.bus.js.add_consumer(self.stream, self._config())
         except Exception as exc:
             log.debug("add_consumer %s/%s: %s", self.stream, self.durable, exc)
-        self._psub = await js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        pulls = Pulls(self.bus, stream=self.stream, durable=self.durable)
+        await pulls.subscribe()
+        self._pulls = pulls
 
     async def start(self) -> None:
         await self.bus._retry(self._bind, what=f"consumer {self.stream}/{self.durable}")
         self._task = asyncio.create_task(self._run(), name=f"consume:{self.durable}")
 
     async def stop(self) -> None:
-        """Stop fetching, finish and ack what is in flight, then unsubscribe."""
+        """Stop fetching, finish and ack what is in flight; a pull request still open at the
+        server is followed to its end, and what it delivers is given back at once."""
         self._stopping.set()
         if self._task is not None:
             await self._task
             self._task = None
-        if self._psub is not None:
-            try:
-                await self._psub.unsubscribe()
-            except Exception:
-                pass
-            self._psub = None
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -133,35 +118,39 @@ class Subscription(Generic[T]):
         delay = 0.05
         more = False
         while not self._stopping.is_set():
-            try:
-                msgs = await self._next_batch(more)
-            except TimeoutError:
-                more = False
-                continue
-            except NotFoundError:
+            if self._pulls is None:  # a rebind failed: try again
                 await self._rebind()
                 continue
+            try:
+                # Idle, a long poll for one message (handed over the moment it arrives, and
+                # cut short by a stop); with a backlog, what is there, in one request.
+                msgs = (await self._pulls.pull(self.batch) if more else
+                        await self._pulls.pull(1, wait=self.fetch_timeout, stop=self._stopping))
             except Exception as exc:
                 more = False
                 if self._stopping.is_set():
                     break
-                if "timeout" in type(exc).__name__.lower():
-                    continue
-                # The consumer may be gone (deleted: its pulls get no responder, or a 409):
-                # look, and make it again if so.
-                log.debug("fetch on %s failed: %s", self.durable, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                gone = isinstance(exc, PullFailed) and exc.consumer_gone
+                if not gone:
+                    # A lost connection, a leader change: try again, slower each time, and
+                    # look whether the consumer is still there.
+                    log.debug("fetch on %s failed: %s", self.durable, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
                 await self._rebind()
                 continue
             delay = 0.05
             # A full batch hints at a backlog: drain it before waiting again.
             more = len(msgs) >= (self.batch if more else 1)
-            await self._handle_batch(msgs)
-        if self._psub is not None:
-            # What came after a short pull ended (or while the last batch was handled) waits
-            # in the subscription's queue: handled too, not left to come back after ack_wait.
-            await self._handle_batch(await self._withdraw())
+            if msgs:
+                await self._handle_batch(msgs)
+        if self._pulls is not None:
+            # What the inbox holds when the loop ends is handled too, not left to come back
+            # after ack_wait.
+            pulls, self._pulls = self._pulls, None
+            left = await pulls.close()
+            if left:
+                await self._handle_batch(left)
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         self._idle.clear()
@@ -179,104 +168,12 @@ class Subscription(Generic[T]):
         finally:
             self._idle.set()
 
-    async def _next_batch(self, backlog: bool) -> list[Msg]:
-        """The next messages to handle.
-
-        A pull for N messages that gets fewer stays open until it expires, so waiting for a
-        batch would hold a lone message back for up to `fetch_timeout`. Idle, we long-poll
-        for one message (it is handed over the moment it arrives); with a backlog we take
-        what is there in one short pull.
-        """
-        loop = asyncio.get_running_loop()
-        if backlog:
-            self._requests_end = max(self._requests_end, loop.time() + _SHORT_PULL)
-            msgs: list[Msg] = await self._psub.fetch(self.batch, timeout=_SHORT_PULL)
-            return msgs
-        self._requests_end = max(self._requests_end, loop.time() + self.fetch_timeout)
-        return await self._long_poll()
-
-    async def _long_poll(self) -> list[Msg]:
-        """One message, waited for up to `fetch_timeout`, or what a stop leaves.
-
-        A stop does not wait for the poll to run out (it was a second of every service's
-        stop): it ends the poll's wait, and what the server handed over until then is
-        handled and acked like any batch; what it hands over later is nak'd
-        (`_catch_strays`), for the next instance to take at once.
-        """
-        assert self._psub is not None
-        poll = asyncio.ensure_future(self._psub.fetch(1, timeout=self.fetch_timeout))
-        stopped = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            poll.cancel()
-            raise
-        finally:
-            stopped.cancel()
-        if not self._stopping.is_set():
-            msgs: list[Msg] = await poll  # raises what the fetch raised, as before
-            return msgs
-        sub = self._psub._sub
-        if not poll.done():
-            # Not cancelled: a cancel racing a message handed to the poll would drop it
-            # (nats-py takes it off the queue in a task of its own). A status of our own
-            # behind whatever the server delivered ends the wait (as an error: a timeout
-            # status would only make it wait on).
-            with contextlib.suppress(asyncio.QueueFull):  # full: the poll has its message
-                sub._pending_queue.put_nowait(Msg(self.bus.nc, subject=sub._subject,
-                                                  headers=dict(_STOPPING)))
-        await asyncio.wait({poll})
-        if poll.exception():  # ended by our status: its request is still open at the server
-            return await self._withdraw(open_poll=True)
-        return list(poll.result()) + await self._withdraw()
-
-    async def _withdraw(self, *, open_poll: bool = False) -> list[Msg]:
-        """Take the messages waiting in the subscription's queue, and leave the inbox to
-        `_catch_strays` until the server's last pull request surely ended (`open_poll`: a
-        long poll for one message that the stop cut short)."""
-        assert self._psub is not None
-        psub, self._psub = self._psub, None
-        queue = psub._sub._pending_queue
-        got: list[Msg] = []
-        while not queue.empty():
-            msg = queue.get_nowait()
-            if not JetStreamContext.is_status_msg(msg):  # a poll's end (408) and such
-                got.append(msg)
-        task = asyncio.create_task(self._catch_strays(psub, self._requests_end, open_poll),
-                                   name=f"strays:{self.durable}")
-        _STRAY_CATCHERS.add(task)
-        task.add_done_callback(_STRAY_CATCHERS.discard)
-        return got
-
-    async def _catch_strays(self, psub: Any, requests_end: float, open_poll: bool) -> None:
-        """Nak what the server still hands over after a stop, so it is redelivered at once.
-
-        JetStream cannot withdraw a pull request, and it delivers from a queue of its own: a
-        message it picked for the request just before an unsubscribe reached it would go to
-        an inbox nobody reads and come back only after `ack_wait`. So the inbox stays until
-        the request has ended at the server (a status says so, or one message for a poll
-        of one; else its expiry passed, with a margin for the server's own delay), and what
-        arrives there is nak'd, for the consumer's next instance to take.
-        """
-        loop = asyncio.get_running_loop()
-        queue = psub._sub._pending_queue
-        try:
-            while (left := requests_end + _STRAY_MARGIN - loop.time()) > 0:
-                try:
-                    msg = await asyncio.wait_for(queue.get(), timeout=left)
-                except TimeoutError:
-                    break
-                if JetStreamContext.is_status_msg(msg):
-                    break  # the request's end: expired, or the consumer is gone
-                log.debug("consumer %s: nak'd a message handed over after its stop",
-                          self.durable)
-                await _quiet(msg.nak())
-                if open_poll:
-                    break  # the poll's one message: its request is over
-        finally:
-            await _quiet(psub.unsubscribe())
-
     async def _rebind(self) -> None:
+        if self._pulls is not None:
+            pulls, self._pulls = self._pulls, None
+            left = await pulls.close()
+            if left:
+                await self._handle_batch(left)
         try:
             if await self._gone():
                 await self._recreate()

@@ -1,0 +1,208 @@
+"""Pull requests to one JetStream consumer, one at a time, each followed to its end.
+
+nats-py's `fetch` can return while its request is still open at the server: a status that
+was meant for an earlier request (a late 408 "Request Timeout") ends the wait of the next
+one, which stays at the server for its whole expiry. A message the server hands to such a
+request goes to an inbox that may be gone by then, and comes back only after `ack_wait`. A
+stopped consumer could not know what was still open, so it could not wait for it.
+
+Here one inbox carries one request at a time, and a request is over only when the server
+says so: its batch delivered, or one status (404 "No Messages", 408 "Request Timeout", a
+409 or 503 that ends it). What may still arrive is therefore known exactly, and `close`
+follows an open request to its end, nak'ing what it delivers for the next instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError
+
+from cairn.bus._connection import Bus
+
+log = logging.getLogger("cairn.bus")
+ANSWER_S = 5.0
+"""How long a request for what is there now (no wait) may take to be answered."""
+MARGIN_S = 2.0
+"""A request the server never ends (its connection was lost) is presumed over this long after
+its expiry."""
+_SLICE_S = 1.0
+"""How often a wait looks whether the connection was closed for good."""
+_FOLLOWERS: set[asyncio.Task[None]] = set()
+
+
+class PullFailed(Exception):
+    """The server ended a pull request with an error status."""
+
+    def __init__(self, status: str, description: str) -> None:
+        super().__init__(f"pull request ended with {status} {description}".strip())
+        self.status = status
+        self.description = description
+
+    @property
+    def consumer_gone(self) -> bool:
+        """The consumer was deleted while the request waited (a 503, nobody answering, may
+        also be a cluster electing the consumer's leader: that is retried more slowly)."""
+        return self.status == "409" and "deleted" in self.description.lower()
+
+
+@dataclass
+class _Open:
+    left: int
+    """Messages the request may still deliver."""
+    ends: float
+    """Loop time by which it is presumed over when the server never said so."""
+
+
+class Pulls:
+    """One inbox and at most one open pull request on it."""
+
+    def __init__(self, bus: Bus, *, stream: str, durable: str) -> None:
+        self.bus = bus
+        self.durable = durable
+        self._next = f"{bus.js._prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._sub: Any = None
+        self._inbox = ""
+        self._open: _Open | None = None
+
+    async def subscribe(self) -> None:
+        self._inbox = self.bus.nc.new_inbox()
+        self._sub = await self.bus.nc.subscribe(self._inbox, pending_msgs_limit=512 * 1024,
+                                                pending_bytes_limit=256 * 1024 * 1024)
+
+    async def pull(self, batch: int, *, wait: float | None = None,
+                   stop: asyncio.Event | None = None) -> list[Msg]:
+        """Up to `batch` messages: with `wait`, a long poll that ends at the first message
+        (or its expiry, or `stop`: the request then stays open for `close`); without, what
+        the consumer has now."""
+        assert self._open is None, "one pull request at a time"
+        body: dict[str, Any] = {"batch": batch}
+        if wait is None:
+            body["no_wait"] = True
+        else:
+            body["expires"] = max(1, int(wait * 1e9) - 100_000)
+        loop = asyncio.get_running_loop()
+        self._open = _Open(left=batch, ends=loop.time() + (wait or ANSWER_S) + MARGIN_S)
+        try:
+            await self.bus.nc.publish(self._next, json.dumps(body).encode(), reply=self._inbox)
+        except BaseException:
+            self._open = None  # never sent (or not known to be): nothing to follow
+            raise
+        got: list[Msg] = []
+        while self._open is not None:
+            msg = self._take() or await self._wait(stop)
+            if msg is None:
+                if stop is None or not stop.is_set():
+                    log.debug("consumer %s: a pull request was never ended; presumed over",
+                              self.durable)
+                    self._open = None
+                break
+            self._count(msg, got)
+        return got
+
+    async def close(self) -> list[Msg]:
+        """What the inbox holds now, for handling; an open request is followed to its end in
+        the background (what it delivers is nak'd at once), then the inbox goes."""
+        got: list[Msg] = []
+        while self._open is not None and (msg := self._take()) is not None:
+            try:
+                self._count(msg, got)
+            except PullFailed:
+                pass
+        if self._open is None:
+            await _quiet(self._sub.unsubscribe())
+            return got
+        task = asyncio.create_task(self._follow(), name=f"pull-follow:{self.durable}")
+        _FOLLOWERS.add(task)
+        task.add_done_callback(_FOLLOWERS.discard)
+        return got
+
+    async def _follow(self) -> None:
+        try:
+            while self._open is not None:
+                msg = self._take() or await self._wait(None)
+                if msg is None:
+                    break
+                if _status(msg):
+                    break  # the request's end
+                self._open.left -= 1
+                if self._open.left <= 0:
+                    self._open = None
+                log.debug("consumer %s: nak'd a message handed over after its stop",
+                          self.durable)
+                await _quiet(msg.nak())
+        except ConnectionClosedError:
+            pass
+        finally:
+            self._open = None
+            await _quiet(self._sub.unsubscribe())
+
+    def _count(self, msg: Msg, got: list[Msg]) -> None:
+        assert self._open is not None
+        status = _status(msg)
+        if not status:
+            got.append(msg)
+            self._open.left -= 1
+            if self._open.left <= 0:
+                self._open = None
+            return
+        if status == "100":
+            return  # a heartbeat: the request goes on
+        self._open = None  # any other status is the request's last word
+        if status not in ("404", "408"):  # no messages, or expired: an ordinary end
+            raise PullFailed(status, (msg.headers or {}).get("Description", ""))
+
+    def _take(self) -> Msg | None:
+        queue: asyncio.Queue[Msg] = self._sub._pending_queue
+        if queue.empty():
+            return None
+        msg = queue.get_nowait()
+        self._sub._pending_size -= len(msg.data)
+        return msg
+
+    async def _wait(self, stop: asyncio.Event | None) -> Msg | None:
+        """The next message or status, or None once `stop` is set or the request is presumed
+        over."""
+        assert self._open is not None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Msg] = self._sub._pending_queue
+        stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        try:
+            while (left := self._open.ends - loop.time()) > 0:
+                if self.bus.nc.is_closed:
+                    raise ConnectionClosedError
+                get = asyncio.ensure_future(queue.get())
+                waits: set[asyncio.Future[Any]] = {get} if stopped is None else {get, stopped}
+                await asyncio.wait(waits, timeout=min(left, _SLICE_S),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():
+                    get.cancel()  # a cancelled get leaves its message in the queue
+                    await asyncio.wait({get})
+                if not get.cancelled():
+                    msg: Msg = get.result()
+                    self._sub._pending_size -= len(msg.data)
+                    return msg
+                if stopped is not None and stopped.done():
+                    return self._take()
+            return None
+        finally:
+            if stopped is not None:
+                stopped.cancel()
+
+
+def _status(msg: Msg) -> str:
+    """The server's status on a request ('' for a stored message). A stored message always
+    carries its ack subject; a status never does, so a publisher cannot forge one."""
+    return "" if msg.reply else (msg.headers or {}).get("Status", "")
+
+
+async def _quiet(call: Any) -> None:
+    try:
+        await call
+    except Exception as exc:
+        log.debug("pull inbox: %s", exc)

@@ -1,0 +1,97 @@
+"""Pull requests against a real nats-server: each one followed to its end, none left open.
+
+A request left open at the server takes the next message into an inbox that may be gone by
+then; that message comes back only after ack_wait (a minute and more, seen by a user as a job
+that stalls after a service restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.js import api
+
+from cairn import events as ev
+from cairn import subjects
+from cairn.bus import Bus
+from cairn.bus._pull import Pulls
+
+STUDY = "pulls"
+STREAM = f"STUDY_{STUDY}"
+
+
+def submitted(job: str) -> ev.JobSubmitted:
+    return ev.JobSubmitted(**ev.stamp(), source="test@hub", study=STUDY, job=job, name="demo",
+                           roles=[ev.RoleRequest(name="client", entrypoint="python x.py")])
+
+
+async def consumer(bus: Bus, name: str) -> Pulls:
+    await bus.ensure_study(STUDY)
+    await bus.js.add_consumer(STREAM, api.ConsumerConfig(
+        durable_name=name, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=60,
+        filter_subject=subjects.study_jobs(STUDY)))
+    pulls = Pulls(bus, stream=STREAM, durable=name)
+    await pulls.subscribe()
+    return pulls
+
+
+async def waiting(bus: Bus, name: str) -> int:
+    return int((await bus.js.consumer_info(STREAM, name)).num_waiting)
+
+
+async def test_a_pull_that_returned_leaves_no_request_open_at_the_server(bus: Bus) -> None:
+    """Long polls that expire, short pulls of an empty, a partial and a full backlog: when
+    each returns, the server holds no request of this consumer, so no message can go where
+    nobody reads."""
+    pulls = await consumer(bus, "exact")
+    for round_ in range(10):
+        assert await pulls.pull(1, wait=0.05) == []
+        assert await waiting(bus, "exact") == 0
+        assert await pulls.pull(8) == []
+        assert await waiting(bus, "exact") == 0
+        for i in range(round_ % 3 * 4):  # none, 4 (fewer than the batch), 8 (the batch)
+            await bus.publish(submitted(f"j-{round_}-{i}"))
+        got = await pulls.pull(8)
+        assert len(got) == round_ % 3 * 4
+        assert await waiting(bus, "exact") == 0
+        for msg in got:
+            await msg.ack_sync()
+    assert await pulls.close() == []
+
+
+async def test_a_poll_cut_short_by_a_stop_gives_its_message_back_at_once(bus: Bus) -> None:
+    """A stop ends the wait, not the server's request: the message the server hands to it
+    later is given back (nak'd), and the next instance has it at once, not after ack_wait."""
+    pulls = await consumer(bus, "cut")
+    stop = asyncio.Event()
+    poll = asyncio.ensure_future(pulls.pull(1, wait=60, stop=stop))
+    while await waiting(bus, "cut") < 1:
+        await asyncio.sleep(0.01)  # until the server holds the request
+    stop.set()
+    assert await poll == []
+    assert await pulls.close() == []  # the request is still open: followed in the background
+    await bus.publish(submitted("j-late"))
+
+    nxt = await consumer(bus, "cut")
+    got = await nxt.pull(1, wait=30)  # ack_wait is 60 s: only a nak makes it this quick
+    assert [m.metadata.num_delivered for m in got] == [2]
+    await got[0].ack_sync()
+    info = await bus.js.consumer_info(STREAM, "cut")
+    assert (info.num_ack_pending, info.num_pending, info.num_waiting) == (0, 0, 0)
+    await nxt.close()
+
+
+async def test_a_stored_message_that_claims_to_be_a_status_is_still_a_message(bus: Bus) -> None:
+    """A publisher may put a `Status` header on what it stores: the consumer takes it as the
+    message it is (to dead-letter), not as the server ending the request, which would leave
+    the message unacked and the request's count wrong."""
+    pulls = await consumer(bus, "forged")
+    await bus.js.publish(subjects.study_jobs(STUDY).replace(">", "forged"), b"",
+                         headers={"Status": "404", "Description": "No Messages"})
+    await bus.publish(submitted("j-after"))
+    got = await pulls.pull(8)
+    assert len(got) == 2
+    assert await waiting(bus, "forged") == 0
+    for msg in got:
+        await msg.ack_sync()
+    await pulls.close()
