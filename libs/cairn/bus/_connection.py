@@ -57,9 +57,12 @@ JSON = "application/json"
 MSGPACK = "application/msgpack"
 """Every message Cairn sends says what its payload is (docs/events.md): JSON for events,
 requests and replies, MessagePack for data-plane envelopes."""
-_FORMING = frozenset({10005, 10008, 10009, 10023, 10118})
+_FORMING = frozenset({10005, 10008, 10009, 10023, 10118, 10158})
 """JetStream's answers while a cluster forms or elects: no suitable peers for placement yet,
-JetStream temporarily unavailable, not the leader, insufficient resources, stream offline."""
+JetStream temporarily unavailable, not the leader, insufficient resources, stream offline;
+and, to a publish asked again after its answer timed out, "duplicate message id is in
+process" (the first attempt is still being replicated: asked again later, the same id gets
+its ack, or is stored once)."""
 _RETRYABLE = (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnavailableError,
               ConnectionClosedError, asyncio.TimeoutError, OSError)
 
