@@ -5,37 +5,32 @@ sites each run by one `cairn run agent launcher` process. For demos, development
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.files import yaml_text
 from cairn.runtime import context, phases, secure
-from cairn.runtime.dirlock import DirLock, Started, started
-from cairn.runtime.forked import (
-    ZYGOTE_FD_ENV,
-    ForkedProcess,
-    fork_authority,
-    fork_service,
-    preload,
-)
+from cairn.runtime._fedfiles import DEFAULT_ADMIN, DEFAULT_STUDY, FederationFiles
+from cairn.runtime._fedprocs import FederationProcesses, Process
+from cairn.runtime.dirlock import DirLock
+from cairn.runtime.forked import ForkedProcess, fork_authority, preload
 from cairn.runtime.natsserver import NatsServer, free_port
 from cairn.runtime.secure import Trust
 
 if TYPE_CHECKING:
-    from cairn.runtime._cluster import NatsCluster
-
-if TYPE_CHECKING:
     from cairn.bus import Bus
+    from cairn.runtime._cluster import NatsCluster
     from cairn.runtime.leaf import LeafNode
 
+__all__ = ["DEFAULT_ADMIN", "DEFAULT_SITES", "DEFAULT_STUDY", "FEDERATION_SERVICES",
+           "SITE_SERVICES", "EmbeddedFederation", "Process", "api_installed"]
+
 DEFAULT_SITES = ("hub", "site-a", "site-b")
+SITE_SERVICES = ("agent", "launcher", "snapshotter")
+FEDERATION_SERVICES = ("coordinator", "validator", "signer")
 
 
 def api_installed() -> bool:
@@ -43,26 +38,12 @@ def api_installed() -> bool:
     import importlib.util
 
     return all(importlib.util.find_spec(m) is not None for m in ("litestar", "uvicorn"))
-DEFAULT_STUDY = "demo"
-DEFAULT_ADMIN = "admin@coord"
-SITE_SERVICES = ("agent", "launcher", "snapshotter")
-FEDERATION_SERVICES = ("coordinator", "validator", "signer")
 
 
 @dataclass
-class Process:
-    name: str
-    site: str
-    services: tuple[str, ...]
-    proc: subprocess.Popen[bytes] | ForkedProcess
-    log: Path
-    more_sites: tuple[str, ...] = ()
-    """Further sites this process serves (`cairn.runtime.sites`), after `site`."""
-
-
-@dataclass
-class EmbeddedFederation:
-    """Files and processes of one embedded federation under `dir`."""
+class EmbeddedFederation(FederationFiles, FederationProcesses):
+    """Files (`cairn.runtime._fedfiles`) and processes (`cairn.runtime._fedprocs`) of one
+    embedded federation under `dir`."""
 
     dir: Path
     sites: tuple[str, ...] = DEFAULT_SITES
@@ -115,86 +96,6 @@ class EmbeddedFederation:
     parent is forked with it."""
     zygotes: dict[str, ForkedProcess] = field(default_factory=dict)
     """Site -> the warm interpreter forked for its launcher (`cairn up`'s own children)."""
-
-    @property
-    def hub(self) -> str:
-        return self.sites[0]
-
-    def site_dir(self, site: str) -> Path:
-        return self.dir / "sites" / site
-
-    def site_config(self, site: str) -> Path:
-        return self.site_dir(site) / "site.yaml"
-
-    @property
-    def federation_file(self) -> Path:
-        return self.dir / "federation.yaml"
-
-    @property
-    def evidence_key(self) -> Path:
-        """The federation's first-party key: signs evidence (signer) and receipts
-        (coordinator)."""
-        return self.dir / "keys" / "federation.key"
-
-    @property
-    def trust_file(self) -> Path:
-        return self.dir / "trust.yaml"
-
-    def write_evidence_files(self) -> None:
-        """The federation's key pair and a trust list naming it, unless already there."""
-        from cairn.evidence.keys import create_key_files, load_signing_key
-        from cairn.evidence.trust import trust_entry
-
-        stem = self.evidence_key.with_suffix("")
-        key = (load_signing_key(self.evidence_key) if self.evidence_key.exists()
-               else create_key_files(stem))
-        if not self.trust_file.exists():
-            entry = trust_entry("federation", "first-party", key.verifying_key)
-            self.trust_file.write_text(yaml_text({"signers": [entry]}))
-
-    # -- files ----------------------------------------------------------------------------
-
-    def write_files(self, url: str) -> None:
-        """Write federation.yaml, and site.yaml + local/study_runtime.yaml per site, unless an
-        operator already wrote them (their edits win)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.write_evidence_files()
-        if not self.federation_file.exists():
-            fed = {
-                "federation": "local", "hub": self.hub,
-                "sites": [{"name": s, "org": "coord" if s == self.hub else f"org-{s}"}
-                          for s in self.sites],
-                "admins": [{"name": DEFAULT_ADMIN, "org": "coord", "role": "project_admin"}],
-                "studies": {self.study: {"sites": list(self.sites), "admins": [DEFAULT_ADMIN]}},
-            }
-            self.federation_file.write_text(yaml_text(fed))
-        cpus = max(2, os.cpu_count() or 2)
-        for site in self.sites:
-            sdir = self.site_dir(site)
-            (sdir / "local").mkdir(parents=True, exist_ok=True)
-            (sdir / "data" / "shared").mkdir(parents=True, exist_ok=True)
-            leaf = self.leaves.get(site)
-            cfg = {"site": site, "federation": leaf.url if leaf else url, "worker_nats_url": url,
-                   "backend": self.backends.get(site, "process"),
-                   "inventory": {"gpus": 0, "cpus": cpus * 2, "memory": "8Gi"},
-                   "workdir": str((sdir / "work").resolve()),
-                   "runtime": "local/study_runtime.yaml"}
-            cfg.update(self.site_settings.get(site, {}))
-            (sdir / "site.yaml").write_text(yaml_text(cfg))
-            runtime = sdir / "local" / "study_runtime.yaml"
-            if not runtime.exists():
-                studies = {
-                    self.study: {
-                        "datasets": {"shared": {"source": str((sdir / "data" / "shared")
-                                                              .resolve()), "mode": "rw"}},
-                        "env": {"TZ": "UTC"},
-                        "limits": {"gpus": 0, "cpus": cpus * 2, "memory": "8Gi",
-                                   "concurrent_jobs": 4},
-                    },
-                    "validation": {"limits": {"cpus": cpus * 2, "memory": "8Gi",
-                                              "concurrent_jobs": 1}},
-                }
-                runtime.write_text(yaml_text({"format": 1, "studies": studies}))
 
     # -- processes ------------------------------------------------------------------------
 
@@ -343,20 +244,6 @@ class EmbeddedFederation:
                     [*self._api_options(), "-O", f"evidence_trust={self.trust_file}"],
                     kit=API_NAME)
 
-    @property
-    def nats_url(self) -> str:
-        """The URL clients are given: every server of a cluster, comma-separated."""
-        if self.cluster is not None:
-            return self.cluster.url
-        assert self.nats is not None
-        return self.nats.url
-
-    def nats_members(self) -> list[NatsServer]:
-        """Every nats-server this federation runs."""
-        if self.cluster is not None:
-            return list(self.cluster.members)
-        return [self.nats] if self.nats is not None else []
-
     def _spawn_grouped(self) -> None:
         """Parents that serve `sites_per_process` sites each (`cairn.runtime._parents`)."""
         from cairn.runtime._parents import spawn_grouped
@@ -392,98 +279,6 @@ class EmbeddedFederation:
             return None
         scheme = "https" if self.trust is not None else "http"
         return f"{scheme}://{self.nats.host}:{self.api_port}"
-
-    def record(self) -> None:
-        """Write down in the directory's lock what runs now (after a start or a restart), so
-        that what outlives this process is known to the next `cairn up` and `cairn down`."""
-        if self._lock is None:
-            return
-        running: list[Started] = []
-        running += [started("nats-server", m.proc.pid) for m in self.nats_members()
-                    if m.proc is not None]
-        running += [started(p.name, p.proc.pid) for p in self.processes]
-        running += [started(f"leaf-{s}", leaf.server.proc.pid) for s, leaf in self.leaves.items()
-                    if leaf.server is not None and leaf.server.proc is not None]
-        self._lock.record(running, url=self.nats_url if self.nats else None)
-
-    def restart_nats(self, member: int = 0) -> None:
-        """Start the nats-server (a cluster's `member`) again on the same ports, config
-        and store."""
-        self.nats_members()[member].restart()
-        self.record()
-
-    def _spawn(self, name: str, site: str, services: tuple[str, ...], args: list[str], *,
-               kit: str | None = None) -> None:
-        assert self.nats is not None
-        log = self.dir / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        env = self._env()
-        if self.trust is not None:
-            args = [*args, *secure.service_args(self.trust, kit or site)]
-        if site in self.leaves:
-            from cairn.runtime._leafsites import leaf_env
-
-            args = [*args, "--nats-url", self.leaves[site].url]
-            env.update(leaf_env())
-        cmd = [sys.executable, "-m", "cairn.runtime._serve", *services, "--site", site,
-               "--heartbeat", str(self.heartbeat_s), *args]
-        if self._fork:
-            # The site's warm interpreter goes to the parent that runs its launcher.
-            sock = self._zygotes.pop(site, None) if "launcher" in services else None
-            if sock is not None:
-                env[ZYGOTE_FD_ENV] = str(sock.fileno())
-            others = list(self._zygotes.values())
-            try:
-                forked = fork_service(services, cmd[3 + len(services):], env, log,
-                                      close=others)
-            finally:
-                if sock is not None:
-                    sock.close()  # the parent's alone now: its end of file ends the zygote
-            self.processes.append(Process(name, site, services, forked, log))
-            return
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        self.processes.append(Process(name, site, services, proc, log))
-
-    def _env(self) -> dict[str, str]:
-        assert self.nats is not None
-        env = {**os.environ, "CAIRN_NATS_URL": self.nats_url, "PYTHONUNBUFFERED": "1",
-               **self.extra_env}
-        if self.cluster is not None:
-            env = {**self.cluster.env(), **env}  # the cluster's replicas, unless set
-        env.pop("CAIRN_CONTEXT", None)
-        return env
-
-    def process(self, name: str) -> Process:
-        for p in self.processes:
-            if p.name == name:
-                return p
-        raise KeyError(name)
-
-    def kill(self, name: str) -> None:
-        """SIGKILL one parent process (as a crash would); its workers live on."""
-        p = self.process(name)
-        if p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait(5)
-
-    def respawn(self, name: str) -> None:
-        """Start a killed parent process again with the same command."""
-        p = self.process(name)
-        self.processes.remove(p)
-        args = p.proc.args  # a forked one's: the command that starts it afresh
-        assert isinstance(args, list)
-        with open(p.log, "ab") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self._env(),
-                                    start_new_session=True)
-        self.processes.append(Process(p.name, p.site, p.services, proc, p.log, p.more_sites))
-        self.record()
-
-    def expected(self) -> list[tuple[str, str]]:
-        return [(svc, site) for p in self.processes for site in (p.site, *p.more_sites)
-                for svc in p.services]
 
     async def wait_healthy(self, timeout: float = 30.0,
                            progress: Callable[[int, int], None] | None = None) -> float:
@@ -533,36 +328,3 @@ class EmbeddedFederation:
                               api_url=self.api_url)
         return context.save(ctx, path)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        for p in self.processes:
-            if p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.processes:
-            try:
-                p.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait(5)
-        self.processes.clear()
-        for sock in self._zygotes.values():
-            sock.close()
-        self._zygotes.clear()
-        for zygote in self.zygotes.values():  # they end with their parents' end of file
-            try:
-                zygote.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                zygote.kill()
-                zygote.wait(5)
-        self.zygotes.clear()
-        for leaf in self.leaves.values():
-            leaf.stop()
-        if self.cluster is not None:
-            self.cluster.stop()
-            self.cluster = None
-        if self.nats is not None:
-            self.nats.stop()
-            self.nats = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
