@@ -21,7 +21,8 @@ from cairn.subjects.table import JS_DOMAIN
 from cairn.trust.natsconfig import write_nats_config
 
 if TYPE_CHECKING:
-    from cairn.runtime.embedded import EmbeddedFederation, Process
+    from cairn.runtime._fedprocs import Process
+    from cairn.runtime.embedded import EmbeddedFederation
 
 
 def server_tls(fed: EmbeddedFederation) -> ServerTls:
@@ -81,7 +82,7 @@ ANCHORED = b"anchored "
 
 def spawn_anchors(fed: EmbeddedFederation) -> Process:
     from cairn.runtime import secure
-    from cairn.runtime.embedded import Process
+    from cairn.runtime._fedprocs import Process
 
     assert fed.nats is not None and fed.trust is not None
     # Membership: the federation file's studies to start with, then the coordinator's

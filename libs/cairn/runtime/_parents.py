@@ -7,7 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from cairn.runtime.embedded import EmbeddedFederation, Process  # imported from its methods
+from cairn.runtime._fedprocs import Process
+from cairn.runtime.embedded import EmbeddedFederation  # imported from its methods
 from cairn.runtime.forked import fork_zygote
 
 
