@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -28,6 +29,10 @@ from cairn.events.decoding import decode_with
 
 log = logging.getLogger("cairn.bus")
 T = TypeVar("T")
+ACKS_HELD_S = 0.05
+"""How long a handled message's ack may wait for the rest of its batch (far below any
+consumer's ack_wait, so a slow batch never has its first messages delivered again)."""
+_clock = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ class Subscription(Generic[T]):
         """The stream sequence of the last message handled: a consumer that disappears is
         made again from the one after it."""
         self._pulls: Pulls | None = None
+        self._acks: list[Msg] = []
+        """Handled messages whose acks are held until the batch ends or ACKS_HELD_S pass."""
+        self._acks_since = 0.0
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -160,13 +168,28 @@ class Subscription(Generic[T]):
             # stopping, the batch's last ack waits for the server's confirmation, so a
             # stopped consumer shows nothing pending that it has handled.
             last = len(msgs) - 1
-            for i, msg in enumerate(msgs):
-                await self._handle(msg, last=i == last)
+            try:
+                for i, msg in enumerate(msgs):
+                    await self._handle(msg, last=i == last)
+                    if self._acks and self._acks_since + ACKS_HELD_S <= _clock():
+                        await self._send_acks()
+            finally:
+                await self._send_acks()
             await self.bus.nc.flush(timeout=5)
         except Exception as exc:
             log.debug("flush after batch failed: %s", exc)
         finally:
             self._idle.set()
+
+    async def _send_acks(self) -> None:
+        """The acks held back while a batch is handled, sent together: one at a time, each
+        was a socket write (and a TLS record) of its own, the largest part of a busy
+        consumer's time after its handler. nats-py's publish only appends to its buffer
+        (it waits only when that buffer is over its limit), so with nothing awaited in
+        between they leave in one write."""
+        acks, self._acks = self._acks, []
+        for msg in acks:
+            await _quiet(msg.ack())
 
     async def _rebind(self) -> None:
         if self._pulls is not None:
@@ -247,7 +270,13 @@ class Subscription(Generic[T]):
         # Whether a stop came is asked now, not before the handler ran: a stop that arrives
         # while the batch's last message is handled gets that ack confirmed too.
         confirm = last and self._stopping.is_set()
-        await _quiet(msg.ack_sync(timeout=5) if confirm else msg.ack())
+        if confirm:
+            await self._send_acks()  # first: the server applies acks in order
+            await _quiet(msg.ack_sync(timeout=5))
+            return
+        if not self._acks:
+            self._acks_since = _clock()
+        self._acks.append(msg)
 
     async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
         # One report per stored message, whoever finds it: the id (the message id too) is
