@@ -8,6 +8,7 @@ that stalls after a service restart).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from nats.js import api
 
@@ -95,3 +96,53 @@ async def test_a_stored_message_that_claims_to_be_a_status_is_still_a_message(bu
     for msg in got:
         await msg.ack_sync()
     await pulls.close()
+
+
+async def test_a_slow_batch_sends_its_acks_as_it_goes(bus: Bus) -> None:
+    """A batch's acks leave together, but none waits for a slow batch to end: a handler
+    that takes its time never has the batch's first messages delivered again for it."""
+    from cairn.bus import Delivery, Subscription
+    from cairn.bus._consume import ACKS_HELD_S
+
+    await bus.ensure_study(STUDY)
+    for i in range(5):
+        await bus.publish(submitted(f"j-slow-{i}"))
+    seqs: dict[str, int] = {}
+    floors: list[int] = []
+
+    async def floor() -> int:
+        info = await bus.js.consumer_info(STREAM, "slow")
+        return int(info.ack_floor.stream_seq if info.ack_floor else 0)
+
+    async def handler(event: ev.StudyStreamEvent, d: Delivery) -> None:
+        assert isinstance(event, ev.JobSubmitted)
+        seqs[event.job] = d.stream_seq
+        if event.job == "j-slow-3":
+            # j-slow-1 .. -3 came in one batch (only a poll's first message comes alone),
+            # and j-slow-1 and -2 were handled over ACKS_HELD_S ago: their acks reach the
+            # server while the batch still runs.
+            async def acked() -> int:
+                while (seen := await floor()) < seqs["j-slow-2"]:
+                    await asyncio.sleep(0.01)
+                return seen
+
+            with contextlib.suppress(TimeoutError):  # never: held to the batch's end
+                floors.append(await asyncio.wait_for(acked(), 10))
+        await asyncio.sleep(2 * ACKS_HELD_S)  # slow work, longer than acks are held
+
+    sub = Subscription(bus, stream=STREAM, durable="slow", filters=[subjects.study_jobs(STUDY)],
+                       decoder=ev.STUDY_DECODER, handler=handler, ack_wait=60)
+    await sub.start()
+    try:
+        await asyncio.wait_for(_until(lambda: len(seqs) >= 5 and "j-slow-4" in seqs), 30)
+    finally:
+        await sub.stop()
+    assert floors and floors[0] >= seqs["j-slow-2"]
+    info = await bus.js.consumer_info(STREAM, "slow")
+    assert (info.num_ack_pending, info.num_redelivered) == (0, 0)
+
+
+async def _until(done: object) -> None:
+    assert callable(done)
+    while not done():
+        await asyncio.sleep(0.01)
