@@ -79,6 +79,8 @@ class Subscription(Generic[T]):
         self._acks: list[Msg] = []
         """Handled messages whose acks are held until the batch ends or ACKS_HELD_S pass."""
         self._acks_since = 0.0
+        self._unconfirmed: Msg | None = None
+        """The last message whose ack was sent and not yet confirmed applied."""
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -159,18 +161,16 @@ class Subscription(Generic[T]):
             left = await pulls.close()
             if left:
                 await self._handle_batch(left)
+        await self._confirm_acks()
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         self._idle.clear()
         try:
-            # Everything fetched is handled and acked, even when a stop arrives meanwhile.
-            # The server applies acks on its own queue, after answering a flush; when
-            # stopping, the batch's last ack waits for the server's confirmation, so a
-            # stopped consumer shows nothing pending that it has handled.
-            last = len(msgs) - 1
+            # Everything fetched is handled and acked, even when a stop arrives meanwhile
+            # (and a stop confirms the acks: `_confirm_acks`).
             try:
-                for i, msg in enumerate(msgs):
-                    await self._handle(msg, last=i == last)
+                for msg in msgs:
+                    await self._handle(msg)
                     if self._acks and self._acks_since + ACKS_HELD_S <= _clock():
                         await self._send_acks()
             finally:
@@ -190,6 +190,17 @@ class Subscription(Generic[T]):
         acks, self._acks = self._acks, []
         for msg in acks:
             await _quiet(msg.ack())
+        if acks:
+            self._unconfirmed = acks[-1]
+
+    async def _confirm_acks(self) -> None:
+        """Wait until the server has applied every ack sent: it applies them in order, on a
+        queue of its own after answering a flush, and answers an ack that asks for a reply
+        once it is applied (a repeated one too). A stopped consumer then shows nothing
+        pending that it handled."""
+        msg, self._unconfirmed = self._unconfirmed, None
+        if msg is not None and msg.reply:
+            await _quiet(self.bus.nc.request(msg.reply, b"", timeout=5))
 
     async def _rebind(self) -> None:
         if self._pulls is not None:
@@ -226,7 +237,7 @@ class Subscription(Generic[T]):
         log.error("consumer %s on %s had disappeared: made it again, resuming after stream "
                   "sequence %d", self.durable, self.stream, self.last_seq)
 
-    async def _handle(self, msg: Msg, *, last: bool = False) -> None:
+    async def _handle(self, msg: Msg) -> None:
         meta = msg.metadata
         deliveries = int(meta.num_delivered or 1)
         headers = dict(msg.headers or {})
@@ -267,13 +278,6 @@ class Subscription(Generic[T]):
             return
         self.processed += 1
         self.last_seq = max(self.last_seq, delivery.stream_seq)
-        # Whether a stop came is asked now, not before the handler ran: a stop that arrives
-        # while the batch's last message is handled gets that ack confirmed too.
-        confirm = last and self._stopping.is_set()
-        if confirm:
-            await self._send_acks()  # first: the server applies acks in order
-            await _quiet(msg.ack_sync(timeout=5))
-            return
         if not self._acks:
             self._acks_since = _clock()
         self._acks.append(msg)

@@ -31,8 +31,6 @@ ANSWER_S = 5.0
 MARGIN_S = 2.0
 """A request the server never ends (its connection was lost) is presumed over this long after
 its expiry."""
-_SLICE_S = 1.0
-"""How often a wait looks whether the connection was closed for good."""
 _FOLLOWERS: set[asyncio.Task[None]] = set()
 
 
@@ -94,15 +92,20 @@ class Pulls:
             self._open = None  # never sent (or not known to be): nothing to follow
             raise
         got: list[Msg] = []
-        while self._open is not None:
-            msg = self._take() or await self._wait(stop)
-            if msg is None:
-                if stop is None or not stop.is_set():
-                    log.debug("consumer %s: a pull request was never ended; presumed over",
-                              self.durable)
-                    self._open = None
-                break
-            self._count(msg, got)
+        stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        try:
+            while self._open is not None:
+                msg = self._take() or await self._wait(stopped)
+                if msg is None:
+                    if stop is None or not stop.is_set():
+                        log.debug("consumer %s: a pull request was never ended; presumed "
+                                  "over", self.durable)
+                        self._open = None
+                    break
+                self._count(msg, got)
+        finally:
+            if stopped is not None:
+                stopped.cancel()
         return got
 
     async def close(self) -> list[Msg]:
@@ -165,34 +168,30 @@ class Pulls:
         self._sub._pending_size -= len(msg.data)
         return msg
 
-    async def _wait(self, stop: asyncio.Event | None) -> Msg | None:
-        """The next message or status, or None once `stop` is set or the request is presumed
-        over."""
+    async def _wait(self, stopped: asyncio.Future[Any] | None) -> Msg | None:
+        """The next message or status; None once `stopped` is done, or when the request is
+        presumed over (then also when the connection was closed for good)."""
         assert self._open is not None
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Msg] = self._sub._pending_queue
-        stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
-        try:
-            while (left := self._open.ends - loop.time()) > 0:
-                if self.bus.nc.is_closed:
-                    raise ConnectionClosedError
-                get = asyncio.ensure_future(queue.get())
-                waits: set[asyncio.Future[Any]] = {get} if stopped is None else {get, stopped}
-                await asyncio.wait(waits, timeout=min(left, _SLICE_S),
-                                   return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():
-                    get.cancel()  # a cancelled get leaves its message in the queue
-                    await asyncio.wait({get})
-                if not get.cancelled():
-                    msg: Msg = get.result()
-                    self._sub._pending_size -= len(msg.data)
-                    return msg
-                if stopped is not None and stopped.done():
-                    return self._take()
+        left = self._open.ends - loop.time()
+        if left <= 0:
             return None
-        finally:
-            if stopped is not None:
-                stopped.cancel()
+        queue: asyncio.Queue[Msg] = self._sub._pending_queue
+        get = asyncio.ensure_future(queue.get())
+        waits: set[asyncio.Future[Any]] = {get} if stopped is None else {get, stopped}
+        await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        if not get.done():
+            get.cancel()  # a cancelled get leaves its message in the queue
+            await asyncio.wait({get})
+        if not get.cancelled():
+            msg: Msg = get.result()
+            self._sub._pending_size -= len(msg.data)
+            return msg
+        if stopped is not None and stopped.done():
+            return self._take()
+        if self.bus.nc.is_closed:
+            raise ConnectionClosedError
+        return None
 
 
 def _status(msg: Msg) -> str:
