@@ -109,6 +109,7 @@ async def test_a_slow_batch_sends_its_acks_as_it_goes(bus: Bus) -> None:
         await bus.publish(submitted(f"j-slow-{i}"))
     seqs: dict[str, int] = {}
     floors: list[int] = []
+    last_handled = asyncio.Event()
 
     async def floor() -> int:
         info = await bus.js.consumer_info(STREAM, "slow")
@@ -129,20 +130,17 @@ async def test_a_slow_batch_sends_its_acks_as_it_goes(bus: Bus) -> None:
             with contextlib.suppress(TimeoutError):  # never: held to the batch's end
                 floors.append(await asyncio.wait_for(acked(), 10))
         await asyncio.sleep(2 * ACKS_HELD_S)  # slow work, longer than acks are held
+        if event.job == "j-slow-4":
+            last_handled.set()
 
     sub = Subscription(bus, stream=STREAM, durable="slow", filters=[subjects.study_jobs(STUDY)],
                        decoder=ev.STUDY_DECODER, handler=handler, ack_wait=60)
     await sub.start()
     try:
-        await asyncio.wait_for(_until(lambda: len(seqs) >= 5 and "j-slow-4" in seqs), 30)
+        await asyncio.wait_for(last_handled.wait(), 30)
     finally:
         await sub.stop()
     assert floors and floors[0] >= seqs["j-slow-2"]
     info = await bus.js.consumer_info(STREAM, "slow")
     assert (info.num_ack_pending, info.num_redelivered) == (0, 0)
 
-
-async def _until(done: object) -> None:
-    assert callable(done)
-    while not done():
-        await asyncio.sleep(0.01)

@@ -154,14 +154,17 @@ class Subscription(Generic[T]):
             more = len(msgs) >= (self.batch if more else 1)
             if msgs:
                 await self._handle_batch(msgs)
+        await self._release_pulls()
+        await self._confirm_acks()
+
+    async def _release_pulls(self) -> None:
+        """Give up this instance's inbox (`Pulls.close`); what it holds is handled too, not
+        left to come back after ack_wait."""
         if self._pulls is not None:
-            # What the inbox holds when the loop ends is handled too, not left to come back
-            # after ack_wait.
             pulls, self._pulls = self._pulls, None
             left = await pulls.close()
             if left:
                 await self._handle_batch(left)
-        await self._confirm_acks()
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         self._idle.clear()
@@ -203,11 +206,7 @@ class Subscription(Generic[T]):
             await _quiet(self.bus.nc.request(msg.reply, b"", timeout=5))
 
     async def _rebind(self) -> None:
-        if self._pulls is not None:
-            pulls, self._pulls = self._pulls, None
-            left = await pulls.close()
-            if left:
-                await self._handle_batch(left)
+        await self._release_pulls()
         try:
             if await self._gone():
                 await self._recreate()

@@ -15,6 +15,7 @@ follows an open request to its end, nak'ing what it delivers for the next instan
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -131,14 +132,13 @@ class Pulls:
                 msg = self._take() or await self._wait(None)
                 if msg is None:
                     break
-                if _status(msg):
-                    break  # the request's end
-                self._open.left -= 1
-                if self._open.left <= 0:
-                    self._open = None
-                log.debug("consumer %s: nak'd a message handed over after its stop",
-                          self.durable)
-                await _quiet(msg.nak())
+                late: list[Msg] = []
+                with contextlib.suppress(PullFailed):  # the request's end either way
+                    self._count(msg, late)
+                for stray in late:
+                    log.debug("consumer %s: nak'd a message handed over after its stop",
+                              self.durable)
+                    await _quiet(stray.nak())
         except ConnectionClosedError:
             pass
         finally:
@@ -164,7 +164,11 @@ class Pulls:
         queue: asyncio.Queue[Msg] = self._sub._pending_queue
         if queue.empty():
             return None
-        msg = queue.get_nowait()
+        return self._took(queue.get_nowait())
+
+    def _took(self, msg: Msg) -> Msg:
+        """`msg`, off the subscription's queue: nats-py's count of what it holds goes down
+        (it drops messages past a limit on that count)."""
         self._sub._pending_size -= len(msg.data)
         return msg
 
@@ -184,9 +188,7 @@ class Pulls:
             get.cancel()  # a cancelled get leaves its message in the queue
             await asyncio.wait({get})
         if not get.cancelled():
-            msg: Msg = get.result()
-            self._sub._pending_size -= len(msg.data)
-            return msg
+            return self._took(get.result())
         if stopped is not None and stopped.done():
             return self._take()
         if self.bus.nc.is_closed:
