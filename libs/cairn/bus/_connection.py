@@ -195,11 +195,15 @@ class Bus:
                 delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
-        """Flush what is buffered and close (acks included)."""
+        """Flush what is buffered and close (acks included); what stopped consumers were
+        handed goes back first."""
+        from cairn.bus._pull import release  # imports this module
+
         self._closing = True
         if self.nc.is_closed:
             await end_reconnecting(self.nc)
             return
+        await release(self)
         try:
             await self.nc.flush(timeout=2)
         except Exception:
