@@ -124,6 +124,19 @@ def _describe(shape: Any) -> str:
     return json.dumps(shape, sort_keys=True, separators=(",", ":"))
 
 
+def _widened_union(before: Any, after: Any) -> list[tuple[str, str]] | None:
+    """The (old, new) Struct of each old tag, when `after` is the tagged union `before` with
+    variants added (on the same tag property); else None."""
+    try:
+        bdisc, ndisc = before["discriminator"], after["discriminator"]
+        bmap, nmap = bdisc["mapping"], ndisc["mapping"]
+    except (KeyError, TypeError):
+        return None
+    if bdisc.get("propertyName") != ndisc.get("propertyName") or not set(bmap) < set(nmap):
+        return None
+    return [(bmap[t].rsplit("/", 1)[-1], nmap[t].rsplit("/", 1)[-1]) for t in sorted(bmap)]
+
+
 def _compare_struct(
     tag: str,
     prefix: str,
@@ -142,6 +155,17 @@ def _compare_struct(
             problems.append(f"INCOMPATIBLE {tag}: field {field!r} removed")
             continue
         nschema = nprops[name]
+        widened = _widened_union(bschema, nschema)
+        if widened is not None:
+            # A tagged union that gained variants and kept each old one: what a release adds
+            # (a reader of the baseline never sees the new tags from its old writers).
+            for bref, nref in widened:
+                if (bref, nref) not in seen:
+                    seen.add((bref, nref))
+                    problems += _compare_struct(
+                        tag, field + ".", bdefs[bref], bdefs, ndefs[nref], ndefs, seen
+                    )
+            continue
         before, after = _shape(bschema, bdefs), _shape(nschema, ndefs)
         if before != after:
             problems.append(

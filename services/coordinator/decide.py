@@ -291,6 +291,11 @@ def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> li
     now = ctx.now
     if study is None:
         return [_end(job, ctx, "failed", "unschedulable", "the study does not exist")]
+    if study.held:
+        if job.state != "submitted":
+            return []
+        why = f"the study's queue is held{': ' + study.hold_reason if study.hold_reason else ''}"
+        return [JobQueued(**_base(job, "queued", ctx), job=job.job, reasons={"study": why})]
     if job.spec.requires is not None:
         candidates = {r.name: role_candidates(r, study, ctx.hub) for r in job.spec.roles}
         needs = {r.name: role_need(r, candidates[r.name]) for r in job.spec.roles}
@@ -301,7 +306,8 @@ def _decide_pending(job: JobState, study: StudyState | None, ctx: Context) -> li
         dispatched = JobDispatched(**_base(job, "dispatched", ctx), job=job.job,
                                    deployments=deployments)
         return [dispatched, *deploy_commands(job, deployments, ctx)]
-    if now - job.submitted_at > timedelta(seconds=job.spec.queue_timeout_s):
+    queued_since = max(job.submitted_at, study.released_at or job.submitted_at)
+    if now - queued_since > timedelta(seconds=job.spec.queue_timeout_s):
         base = _base(job, "end", ctx)
         return [JobUnschedulable(**base, job=job.job, reasons=reasons)]
     if job.state == "submitted":

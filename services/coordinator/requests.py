@@ -20,6 +20,7 @@ from cairn.events import (
     StudyAdminAdded,
     StudyAdminRemoved,
     StudyCreated,
+    StudyHold,
     StudySiteAdded,
     StudySiteRemoved,
     event_envelope,
@@ -168,6 +169,14 @@ class Requests:
                     raise NotFound(f"site {site} is not in study {study.name}", field="site")
                 return await self._change(study, StudySiteRemoved(
                     **self._base(study, actor), site=site))
+            case api.StudySetHold(held=held, reason=reason):
+                if not allowed(role, Action.MANAGE_STUDY):  # study-wide: project admins
+                    raise PermissionDenied(f"{actor} ({role}) may not hold or release the "
+                                           f"queue of study {study.name}")
+                if held == study.held:
+                    return api.StudyResult(study=study)  # held or released already
+                return await self._change(study, StudyHold(
+                    **self._base(study, actor), held=held, reason=reason[:500]))
             case api.StudyAddAdmin(name=name, org=admin_org, role=admin_role):
                 admin = StudyAdmin(name=name, org=admin_org, role=_admin_role(admin_role))
                 self._may_manage(actor, role, org, admin.org, admin.name)

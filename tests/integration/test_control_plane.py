@@ -7,6 +7,7 @@ study_runtime.yaml or create a study get their own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -14,11 +15,12 @@ import pytest
 
 from cairn import events as ev
 from cairn.client import Client
-from cairn.errors import InvalidInput, InvalidName, NotFound
+from cairn.errors import InvalidInput, InvalidName, NotFound, PermissionDenied
 from cairn.events import StudyAdmin
 from cairn.runtime.embedded import EmbeddedFederation
 from tests.fixtures.federation import connect
 from tests.integration.cp_helpers import (
+    ONLY_SITE_A,
     default_policy,
     rewrite_runtime,
     study_events,
@@ -136,3 +138,36 @@ async def test_study_isolation(federation: EmbeddedFederation, client: Client,
         assert [s.name for s in await other.sites()] == ["site-a"]
     finally:
         await other.close()
+
+
+async def test_a_held_queue_dispatches_nothing_until_released(
+        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+    """A project admin holds a study's queue: a job submitted meanwhile is queued with the
+    hold as its reason and dispatched only after the release (in the stream's own order);
+    a lead of the study may submit but not release it."""
+    await client.study_create("held", ["site-a"], [StudyAdmin(name="eve@org-site-a",
+                                                              org="org-site-a", role="lead")])
+    admin = await connect(federation, study="held")
+    lead = await connect(federation, study="held", actor="eve@org-site-a")
+    try:
+        state = await admin.study_hold(True, "maintenance")
+        assert (state.held, state.hold_reason) == (True, "maintenance")
+        assert (await admin.study_hold(True, "again")).hold_reason == "maintenance"
+        with pytest.raises(PermissionDenied):
+            await lead.study_hold(False)
+        job = await lead.submit(write_job(job_dir, roles=ONLY_SITE_A))
+        while (await lead.job(job)).state == "submitted":
+            await asyncio.sleep(0.05)  # until the coordinator decided: queued, by the hold
+        assert (await lead.job(job)).state == "queued"
+        assert not (await admin.study_hold(False)).held
+        # Dispatched now (site-a's runtime file does not name this study, so it ends there).
+        assert (await lead.wait(job, timeout=60)).dispatched_at is not None
+        events = await study_events(federation, "held")
+        order = [(type(e).__name__, getattr(e, "held", None)) for e in events]
+        queued = next(e for e in events if isinstance(e, ev.JobQueued) and e.job == job)
+        assert queued.reasons == {"study": "the study's queue is held: maintenance"}
+        assert order.index(("StudyHold", False)) < order.index(("JobDispatched", None))
+        assert order.count(("StudyHold", True)) == 1  # holding a held queue changes nothing
+    finally:
+        await admin.close()
+        await lead.close()

@@ -177,7 +177,37 @@ def _not_required(name: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+def _requests(edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> Callable[[Path], None]:
+    """Edit the request union of the baseline's API envelope: `edit(union, defs)`."""
+
+    def apply(folder: Path) -> None:
+        path = folder / "api" / "envelope.json"
+        schema = json.loads(path.read_text())
+        defs = schema["$defs"]
+        edit(defs[schema["$ref"].rsplit("/", 1)[-1]]["properties"]["request"], defs)
+        path.write_text(json.dumps(schema, indent=2) + "\n")
+
+    return apply
+
+
+def _add_verb(union: dict[str, Any], defs: dict[str, Any]) -> None:
+    union["discriminator"]["mapping"]["pause"] = "#/$defs/StudyShow"  # a verb the code lacks
+
+
+def _drop_verb(union: dict[str, Any], defs: dict[str, Any]) -> None:
+    ref = union["discriminator"]["mapping"].pop("hold")
+    union["anyOf"] = [v for v in union["anyOf"] if v["$ref"] != ref]
+
+
+def _add_verb_field(union: dict[str, Any], defs: dict[str, Any]) -> None:
+    _add_field(defs["StudyAddSite"])
+
+
 CASES: dict[str, tuple[Callable[[Path], None], str]] = {
+    # A request verb the baseline has and the code lacks: its old senders are refused.
+    "request verb removed": (_requests(_add_verb), "field 'request' changed type"),
+    "request field removed": (_requests(_add_verb_field),
+                              "field 'request.priority' removed"),
     # The baseline has a field the code lacks: the code removed it.
     "field removed": (_edit_top(TAG, _add_field), f"{TAG}: field 'priority' removed"),
     "nested field removed": (_add_nested_field, ".tpus' removed"),
@@ -204,6 +234,8 @@ def test_incompatible_change_is_named(baseline: Path, case: str) -> None:
 STALE: dict[str, Callable[[Path], None]] = {
     # The code has an event type the baseline lacks: a new type is an addition.
     "new event type": lambda folder: (folder / "events" / f"{TAG}.json").unlink(),
+    # A new request verb: no old client sends it, an old coordinator refuses it by name.
+    "new request verb": _requests(_drop_verb),
     # The code has a field with a default the baseline lacks.
     "new optional field": _edit_top(TAG, _drop("actor")),
     "docs changed": _edit_top(TAG, lambda d: d.update(description="old words")),

@@ -120,6 +120,14 @@ class StudyRemoveAdmin(_Request, tag="remove-admin", frozen=True, kw_only=True):
     name: str
 
 
+class StudySetHold(_Request, tag="hold", frozen=True, kw_only=True):
+    """Hold the study's queue (`held`) or release it (project admins only)."""
+
+    SCOPE = "study"
+    held: bool = True
+    reason: str = ""
+
+
 class Submit(_Request, tag="submit", frozen=True, kw_only=True):
     """Submit a job; answered with `Submitted`."""
 
@@ -191,7 +199,7 @@ class EvidenceSubmit(_Request, tag="evidence-submit", frozen=True, kw_only=True)
 Request = (
     StudyCreate | StudyList | SiteList | FederationShow
     | StudyShow | StudyAddSite | StudyRemoveSite | StudyAddAdmin | StudyRemoveAdmin
-    | Submit | JobList | JobShow | JobCancel | StudySites | StudySite
+    | StudySetHold | Submit | JobList | JobShow | JobCancel | StudySites | StudySite
     | SnapshotNow | LogRead | ValidationRun | EvidenceSubmit
 )
 """Every request, one tagged union (`type` is the verb)."""

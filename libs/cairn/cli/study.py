@@ -37,6 +37,9 @@ def _admin(text: str) -> StudyAdmin:
 def _show(state: StudyState) -> None:
     click.echo(f"study {state.name}" + (f": {state.description}" if state.description else ""))
     click.echo(f"sites: {', '.join(state.sites) or '(none)'}")
+    if state.held:
+        click.echo("queue: HELD" + (f" ({state.hold_reason})" if state.hold_reason else "")
+                   + "; `cairn study release` dispatches it again")
     print_table("admins", [Column("name", keep=True), Column("org", keep=True), Column("role")],
                 [(a.name, a.org, a.role) for a in state.admins.values()])
 
@@ -137,6 +140,30 @@ def add_site(site: str, study: str | None, actor: str | None, output: str) -> No
 def remove_site(site: str, study: str | None, actor: str | None, output: str) -> None:
     async def body(c: Client) -> StudyState:
         return await c.study_remove_site(site)
+
+    emit(with_client(study, actor, body), output, _show)
+
+
+@study.command(help="Hold the session's study's queue: jobs are accepted and queued, none is "
+               "dispatched and none times out in the queue until `cairn study release` "
+               "(a project_admin's right). Running jobs go on.")
+@click.option("--reason", default="", help="Why, shown to whoever looks at the queue.")
+@session_options
+@output_option(schema=StudyState)
+def hold(reason: str, study: str | None, actor: str | None, output: str) -> None:
+    async def body(c: Client) -> StudyState:
+        return await c.study_hold(True, reason)
+
+    emit(with_client(study, actor, body), output, _show)
+
+
+@study.command(help="Release the session's study's queue: its queued jobs are dispatched as "
+               "capacity allows, and their queue timeouts start again now.")
+@session_options
+@output_option(schema=StudyState)
+def release(study: str | None, actor: str | None, output: str) -> None:
+    async def body(c: Client) -> StudyState:
+        return await c.study_hold(False)
 
     emit(with_client(study, actor, body), output, _show)
 

@@ -223,6 +223,10 @@ class Client:
     async def study_remove_admin(self, name: str) -> StudyState:
         return await self._study_change(api.StudyRemoveAdmin(name=name))
 
+    async def study_hold(self, held: bool = True, reason: str = "") -> StudyState:
+        """Hold the study's queue (nothing is dispatched), or release it."""
+        return await self._study_change(api.StudySetHold(held=held, reason=reason))
+
     async def _study_change(self, request: api.Request) -> StudyState:
         return _expect(await self.call_study(request), api.StudyResult).study
 

@@ -31,6 +31,7 @@ from cairn.events import (
     StudyAdminAdded,
     StudyAdminRemoved,
     StudyCreated,
+    StudyHold,
     StudySiteAdded,
     StudySiteRemoved,
     StudyTerm,
@@ -114,6 +115,10 @@ def summary(event: Event) -> str:
             return f"admin {event.admin.name} ({event.admin.org}, {event.admin.role}) added"
         case StudyAdminRemoved():
             return f"admin {event.name} removed"
+        case StudyHold():
+            if not event.held:
+                return "queue released"
+            return "queue held" + (f": {event.reason}" if event.reason else "")
         case StudyTerm():
             return f"{event.service} term {event.term} begins ({event.holder})"
         case JobSubmitted():

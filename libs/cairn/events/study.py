@@ -42,6 +42,20 @@ class StudyAdminRemoved(Event, tag="study.admin-removed", frozen=True, kw_only=T
     name: str
 
 
+class StudyHold(Event, tag="study.hold", frozen=True, kw_only=True):
+    """The study's admins hold its queue (`held`), or release it: while held, no job of the
+    study is dispatched and none times out in the queue; a release starts each queued job's
+    queue timeout again.
+
+    Attributes:
+        held: True to hold, False to release.
+        reason: Why, for whoever lists the queue.
+    """
+
+    held: bool
+    reason: str = ""
+
+
 class StudyTerm(Event, tag="study.term", frozen=True, kw_only=True):
     """The coordinator that holds the lease now begins its term in this study's stream:
     from here on JetStream stores the coordinator's events only while this is the last
@@ -61,5 +75,5 @@ class StudyTerm(Event, tag="study.term", frozen=True, kw_only=True):
 
 StudyAdminEvent = (
     StudyCreated | StudySiteAdded | StudySiteRemoved | StudyAdminAdded | StudyAdminRemoved
-    | StudyTerm
+    | StudyHold | StudyTerm
 )

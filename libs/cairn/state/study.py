@@ -11,6 +11,7 @@ from cairn.events import (
     StudyAdminAdded,
     StudyAdminRemoved,
     StudyCreated,
+    StudyHold,
     StudySiteAdded,
     StudySiteRemoved,
 )
@@ -24,6 +25,10 @@ class StudyState(msgspec.Struct, frozen=True, kw_only=True):
         sites: Participating sites, in the order they joined.
         admins: Admins by name.
         created_at: When `study.created` happened.
+        held: Whether its queue is held (`study.hold`): nothing of it is dispatched.
+        hold_reason: Why, as the admin who held it said.
+        released_at: When it was last released (a queued job's queue timeout counts from
+            then).
     """
 
     name: str
@@ -32,10 +37,13 @@ class StudyState(msgspec.Struct, frozen=True, kw_only=True):
     description: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    held: bool = False
+    hold_reason: str = ""
+    released_at: datetime | None = None
 
 
 StudyAdminEvents = (StudyCreated, StudySiteAdded, StudySiteRemoved, StudyAdminAdded,
-                    StudyAdminRemoved)
+                    StudyAdminRemoved, StudyHold)
 
 
 def apply(state: StudyState | None, event: object) -> StudyState | None:
@@ -62,4 +70,9 @@ def apply(state: StudyState | None, event: object) -> StudyState | None:
         case StudyAdminRemoved() if state is not None and event.name in state.admins:
             admins = {k: v for k, v in state.admins.items() if k != event.name}
             return msgspec.structs.replace(state, admins=admins, updated_at=event.at)
+        case StudyHold() if state is not None and event.held != state.held:
+            return msgspec.structs.replace(
+                state, held=event.held, hold_reason=event.reason if event.held else "",
+                released_at=state.released_at if event.held else event.at,
+                updated_at=event.at)
     return state

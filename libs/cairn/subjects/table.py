@@ -54,6 +54,7 @@ from cairn.events import (
     StudyAdminAdded,
     StudyAdminRemoved,
     StudyCreated,
+    StudyHold,
     StudySiteAdded,
     StudySiteRemoved,
     StudyTerm,
@@ -222,7 +223,7 @@ EVIDENCE = "EVIDENCE"
 DEADLETTER = "DEADLETTER"
 
 _STUDY_ADMIN_EVENTS = (StudyCreated, StudySiteAdded, StudySiteRemoved, StudyAdminAdded,
-                       StudyAdminRemoved, StudyTerm)
+                       StudyAdminRemoved, StudyHold, StudyTerm)
 _JOB_EVENTS = (JobSubmitted, JobQueued, JobDispatched, JobRunning, JobEnding,
                JobCancelRequested, JobCompleted, JobFailed, JobAborted, JobUnschedulable)
 _AGENT_JOB_EVENTS = (DeploymentAccepted, DeploymentRejected)
