@@ -21,9 +21,10 @@ worker's site sends (accepted, launching, running, exited; with
 credential). --sites-per-process sites share one process.
 
 \b
-With --backlog B, B jobs are submitted first while every site offers no
-capacity, then all sites open at once: the coordinator's dispatch rate on a
-backlog. Then M one-worker jobs flow, spread over the sites: their decision
+With --backlog B, once the coordinator sees every site's capacity, the
+study's queue is held, B jobs are submitted and queued, and the queue is
+released: the coordinator's dispatch rate on a backlog (release to last
+dispatch). Then M one-worker jobs flow, spread over the sites: their decision
 latency (submitted to dispatched). At the end every job must have completed
 and the coordinator's state must equal the fold of the study's stream.
 Example:
@@ -43,7 +44,7 @@ flag, 6 if a run already uses --dir, 8 if the jobs did not end in --timeout.
 @click.option("--jobs", "n_jobs", type=int, default=100, show_default=True,
               help="One-worker jobs that flow while the sites are open.")
 @click.option("--backlog", type=int, default=0, show_default=True,
-              help="Jobs queued while the sites are closed, then dispatched at once.")
+              help="Jobs queued while the study's queue is held, then released at once.")
 @click.option("--worker-reports/--no-worker-reports", default=True, show_default=True,
               help="Simulated workers connect with their own credential and report "
                    "progress and a result.")

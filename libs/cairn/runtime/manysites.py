@@ -8,11 +8,12 @@ admin (signed requests), spread over the sites; the run ends when every job has 
 checks that every job completed and that the coordinator's state equals the fold of the
 study's stream (`cairn replay`).
 
-Two phases. With `--backlog B`, B jobs are submitted first while every simulated site
-says it has no free capacity, so they queue; then all sites offer their capacity at once
-(`simsite_open_file`) and the coordinator dispatches the backlog as fast as it can: that
-is the dispatch rate (jobs per second, first to last `job.dispatched`), free of the rate
-at which one client submits. Then `--jobs M` jobs flow (submitted while sites are open):
+Two phases. With `--backlog B`, once the coordinator sees every site online with free
+capacity, the study's queue is held (`cairn study hold`) and B jobs are submitted, so they
+queue; then the queue is released and the coordinator dispatches the backlog as fast as it
+can: that is the dispatch rate (jobs per second, from the release to the last
+`job.dispatched`, as the stream stored them), free of the rate at which one client submits
+and of the coordinator learning the sites' capacity. Then `--jobs M` jobs flow:
 their decision latency is `job.submitted` to `job.dispatched`, both stamped by the
 coordinator. The CPU and memory of the coordinator's process are read from /proc.
 """
@@ -38,7 +39,6 @@ MAX_SITES = 20000
 SITES_PER_PROCESS = 250
 IN_FLIGHT = 32
 """Submit requests in flight at once (the coordinator checks each signature and nonce)."""
-OPEN_FILE = "sites-open"
 IDLE_S = 5.0
 """Seconds of heartbeats only, over which the coordinator's idle CPU is read."""
 TERMINAL = ("job.completed", "job.failed", "job.aborted", "job.unschedulable")
@@ -64,7 +64,8 @@ class ManySitesReport:
     submit_s: float
     """First submit to the last job's end."""
     dispatch_per_s: float
-    """Backlog jobs dispatched per second, first to last `job.dispatched` (0: no backlog)."""
+    """Backlog jobs dispatched per second, from the queue's release to the last
+    `job.dispatched` (0: no backlog)."""
     flow_dispatch_per_s: float
     """Flowing jobs dispatched per second (bounded by the submit rate)."""
     decision_p50_ms: float
@@ -98,7 +99,7 @@ class SimulatedFederation(EmbeddedFederation):
 
 def simulated_federation(folder: Path, n_sites: int, *, secure: bool = True,
                          heartbeat_s: float = 2.0, run_s: float = 0.0,
-                         worker_reports: bool = True, backlog: bool = False,
+                         worker_reports: bool = True,
                          sites_per_process: int = SITES_PER_PROCESS) -> SimulatedFederation:
     """The federation of a run (not started).
 
@@ -110,8 +111,6 @@ def simulated_federation(folder: Path, n_sites: int, *, secure: bool = True,
                            field="--sites")
     options = {"simsite_run_s": str(run_s),
                "simsite_worker_reports": "on" if worker_reports else "off"}
-    if backlog:
-        options["simsite_open_file"] = str((folder / OPEN_FILE).resolve())
     return SimulatedFederation(dir=folder, sites=sim_sites(n_sites), study=DEFAULT_STUDY,
                                secure=secure, heartbeat_s=heartbeat_s,
                                sites_per_process=max(2, sites_per_process),
@@ -136,7 +135,7 @@ def run_many_sites(folder: Path, n_sites: int, n_jobs: int, *, backlog: int = 0,
             raise InvalidInput(f"{flag} {value}: give 0 or more", field=flag)
     fed = simulated_federation(folder, n_sites, secure=secure, heartbeat_s=heartbeat_s,
                                run_s=run_s, worker_reports=worker_reports,
-                               backlog=backlog > 0, sites_per_process=sites_per_process)
+                               sites_per_process=sites_per_process)
     prepare_dir(folder)
     t0 = time.monotonic()
     say(f"starting a {'secure' if secure else 'INSECURE'} federation of {n_sites} simulated "
@@ -177,10 +176,12 @@ async def _drive(fed: SimulatedFederation, n_jobs: int, n_backlog: int, timeout:
         t_submit = time.monotonic()
         held: list[str] = []
         if n_backlog:
+            await wait_capacity(client, sites, timeout, say)
+            await client.study_hold(True, "cairn sim-sites: a backlog is queued")
             held = await submit_jobs(client, sites, n_backlog, say)
             await wait_for(client, set(held), ("job.queued",), timeout, say, "queued")
-            (fed.dir / OPEN_FILE).touch()
-            say(f"{n_backlog} jobs queued; the sites open")
+            await client.study_hold(False)
+            say(f"{n_backlog} jobs queued; the queue is released")
             await wait_for(client, set(held), TERMINAL, timeout, say, "ended")
         flowing = await submit_jobs(client, sites, n_jobs, say)
         await wait_for(client, set(flowing), TERMINAL, timeout, say, "ended")
@@ -196,6 +197,34 @@ async def _drive(fed: SimulatedFederation, n_jobs: int, n_backlog: int, timeout:
         submit_s=round(submit_s, 2), coordinator_cpu_s=round(cpu, 2),
         coordinator_idle_cpu_pct=idle, coordinator_rss_bytes=rss,
         processes=len(fed.processes), secure=fed.secure, dir=str(fed.dir), **report)
+
+
+async def wait_capacity(client: Any, sites: list[str], timeout: float, say: Say) -> None:
+    """Until the coordinator sees every site online with free capacity (one `site show`
+    each, `IN_FLIGHT` at a time: a list of thousands does not fit in one reply).
+
+    Raises:
+        Timeout: naming how many were not.
+    """
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    left = list(sites)
+    deadline = time.monotonic() + timeout
+
+    async def ready(site: str) -> bool:
+        async with gate:
+            info = await client.site(site)
+        return bool(info.online and info.free is not None and info.free.millicpus > 0)
+
+    while left:
+        answers = await asyncio.gather(*(ready(s) for s in left))
+        left = [s for s, ok in zip(left, answers, strict=True) if not ok]
+        if left:
+            if time.monotonic() > deadline:
+                raise Timeout(f"{len(left)} of {len(sites)} sites showed no free capacity "
+                              f"within {timeout:g}s")
+            say(f"{len(sites) - len(left)}/{len(sites)} sites have capacity")
+            await asyncio.sleep(1.0)  # the next heartbeats
+    say(f"every one of {len(sites)} sites has capacity")
 
 
 async def idle_cpu_pct(pid: int, seconds: float) -> float:
@@ -256,19 +285,23 @@ async def wait_for(client: Any, ids: set[str], types: tuple[str, ...], timeout: 
 
 
 async def stored_times(fed: SimulatedFederation) -> dict[tuple[str, str], float]:
-    """(job, `job.submitted` | `job.dispatched`) -> when the stream stored it (UNIX time).
+    """(job, `job.submitted` | `job.dispatched`) -> when the stream stored it (UNIX time);
+    ("", "released") -> when the study's queue was last released.
 
     The events' own `at` will not do for a rate: one tick's decisions share one moment."""
     from cairn import subjects
     from cairn.bus import replay
-    from cairn.events import STUDY_DECODER, JobDispatched, JobSubmitted
+    from cairn.events import STUDY_DECODER, JobDispatched, JobSubmitted, StudyHold
 
     bus = await fed.bus("cairn-sim-sites")
     out: dict[tuple[str, str], float] = {}
     try:
         async for item in replay(bus, subjects.study_stream(fed.study).name, STUDY_DECODER,
-                                 filters=[subjects.study_jobs(fed.study)]):
-            if isinstance(item.event, JobSubmitted | JobDispatched) and item.time:
+                                 filters=[subjects.study_jobs(fed.study),
+                                          subjects.study_admin(fed.study, "hold")]):
+            if isinstance(item.event, StudyHold) and not item.event.held and item.time:
+                out[("", "released")] = item.time.timestamp()
+            elif isinstance(item.event, JobSubmitted | JobDispatched) and item.time:
                 kind = "job.submitted" if isinstance(item.event, JobSubmitted) else \
                     "job.dispatched"
                 out[(item.event.job, kind)] = item.time.timestamp()
@@ -297,7 +330,8 @@ async def judge(client: Any, held: list[str], flowing: list[str],
             "not_completed": not_completed, "state_equals_replay": equal,
             "with_results": sum(1 for j in wanted if j.results),
             "dispatch_per_s": rate([stored[(j, "job.dispatched")] for j in held
-                                    if (j, "job.dispatched") in stored]),
+                                    if (j, "job.dispatched") in stored],
+                                   since=stored.get(("", "released"))),
             "flow_dispatch_per_s": rate([stored[(j, "job.dispatched")] for j in flowing
                                          if (j, "job.dispatched") in stored]),
             "decision_p50_ms": round(statistics.median(latencies), 2) if latencies else 0.0,
@@ -316,11 +350,17 @@ async def coordinator_jobs(client: Any, ids: list[str]) -> dict[str, Any]:
     return {j.job: j for j in await asyncio.gather(*(one(i) for i in ids))}
 
 
-def rate(times: list[float]) -> float:
-    """Events per second, from the first of `times` to the last."""
+def rate(times: list[float], since: float | None = None) -> float:
+    """Events per second: all of `times` over the span from `since` to the last, or
+    without `since`, from the first to the last (the first then opens the span)."""
     dispatched = sorted(times)
-    span = dispatched[-1] - dispatched[0] if len(dispatched) > 1 else 0.0
-    return round((len(dispatched) - 1) / span, 1) if span > 0 else 0.0
+    if not dispatched:
+        return 0.0
+    if since is not None:
+        span, n = dispatched[-1] - since, len(dispatched)
+    else:
+        span, n = dispatched[-1] - dispatched[0], len(dispatched) - 1
+    return round(n / span, 1) if span > 0 else 0.0
 
 
 def percentile(ordered: list[float], q: float) -> float:
