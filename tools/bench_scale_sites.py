@@ -41,7 +41,8 @@ def federation(sites: int) -> dict[str, Any]:
     return {"sites": sites, "backlog": BACKLOG, "flowing": FLOWING,
             "completed": r.completed, "not_completed": len(r.not_completed),
             "state_equals_replay": r.state_equals_replay, "start_s": r.start_s,
-            "dispatch_per_s": r.dispatch_per_s, "flow_dispatch_per_s": r.flow_dispatch_per_s,
+            "dispatch_per_s": r.dispatch_per_s, "release_to_first_ms": r.release_to_first_ms,
+            "flow_dispatch_per_s": r.flow_dispatch_per_s,
             "decision_p50_ms": r.decision_p50_ms, "decision_p99_ms": r.decision_p99_ms,
             "coordinator_cpu_s": r.coordinator_cpu_s,
             "coordinator_idle_cpu_pct_per_1000_sites": round(

@@ -92,7 +92,8 @@ def _table(d: dict[str, Any]) -> None:
                  + (f"; not: {len(d['not_completed'])}" if d["not_completed"] else "")),
         ("state equals replay", "yes" if d["state_equals_replay"] else "NO"),
         ("federation start", f"{d['start_s']:.1f}s"),
-        ("backlog dispatch", f"{d['dispatch_per_s']:.0f} jobs/s" if d["backlog"] else "-"),
+        ("backlog dispatch", f"{d['dispatch_per_s']:.0f} jobs/s (first "
+         f"{d['release_to_first_ms']:.0f} ms after the release)" if d["backlog"] else "-"),
         ("flowing dispatch", f"{d['flow_dispatch_per_s']:.0f} jobs/s"),
         ("decision latency", f"p50 {d['decision_p50_ms']:.1f} ms, "
                              f"p99 {d['decision_p99_ms']:.1f} ms"),

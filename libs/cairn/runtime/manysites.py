@@ -66,6 +66,8 @@ class ManySitesReport:
     dispatch_per_s: float
     """Backlog jobs dispatched per second, from the queue's release to the last
     `job.dispatched` (0: no backlog)."""
+    release_to_first_ms: float
+    """The queue's release to the backlog's first `job.dispatched` (0: no backlog)."""
     flow_dispatch_per_s: float
     """Flowing jobs dispatched per second (bounded by the submit rate)."""
     decision_p50_ms: float
@@ -323,15 +325,18 @@ async def judge(client: Any, held: list[str], flowing: list[str],
     wanted = [replayed.jobs[j] for j in ids if j in replayed.jobs]
     not_completed = {j.job: j.state for j in wanted if j.state != "completed"}
     not_completed.update({j: "missing" for j in ids if j not in replayed.jobs})
+    backlog = sorted(stored[(j, "job.dispatched")] for j in held
+                     if (j, "job.dispatched") in stored)
+    released = stored.get(("", "released"))
     latencies = sorted(1000.0 * (stored[(j, "job.dispatched")] - stored[(j, "job.submitted")])
                        for j in flowing if (j, "job.dispatched") in stored
                        and (j, "job.submitted") in stored)
     return {"completed": sum(1 for j in wanted if j.state == "completed"),
             "not_completed": not_completed, "state_equals_replay": equal,
             "with_results": sum(1 for j in wanted if j.results),
-            "dispatch_per_s": rate([stored[(j, "job.dispatched")] for j in held
-                                    if (j, "job.dispatched") in stored],
-                                   since=stored.get(("", "released"))),
+            "dispatch_per_s": rate(backlog, since=released),
+            "release_to_first_ms": round(1000.0 * (backlog[0] - released), 1)
+            if backlog and released else 0.0,
             "flow_dispatch_per_s": rate([stored[(j, "job.dispatched")] for j in flowing
                                          if (j, "job.dispatched") in stored]),
             "decision_p50_ms": round(statistics.median(latencies), 2) if latencies else 0.0,
