@@ -8,6 +8,7 @@ folds, decides again, and carries on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -36,6 +37,8 @@ from cairn.events import (
     JobSubmitted,
     StudyAdmin,
     StudyCreated,
+    StudyHold,
+    StudySiteAdded,
     StudyTerm,
     event_envelope,
     now,
@@ -78,6 +81,9 @@ class CoordinatorService:
         # ends; empty after a restart, when deciding again is right.
         self.published: dict[str, set[str]] = {}
         self._lock = asyncio.Lock()
+        self._tick_now = asyncio.Event()
+        """Set by a change that may let queued jobs go (a released queue, a site added):
+        the next tick runs at once, not up to `tick_s` later."""
         self._publishing = asyncio.Semaphore(PUBLISHING_AT_ONCE)
         self._applied = asyncio.Condition()
         self.started_at = datetime.now(UTC)
@@ -259,6 +265,9 @@ class CoordinatorService:
         self.applied[d.stream] = d.stream_seq
         async with self._applied:
             self._applied.notify_all()
+        if isinstance(event, StudySiteAdded) or (isinstance(event, StudyHold)
+                                                 and not event.held):
+            self._tick_now.set()
         job = getattr(event, "job", None)
         if isinstance(job, str):
             state = self.views[study].jobs.get(job)
@@ -354,7 +363,9 @@ class CoordinatorService:
 
     async def _ticker(self) -> None:
         while True:
-            await asyncio.sleep(self.tick_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._tick_now.wait(), self.tick_s)
+            self._tick_now.clear()
             ctx = self.context()
             async with self._lock:
                 # The jobs not ended only: the study's whole history grows without bound.

@@ -18,7 +18,7 @@ from cairn.client import Client
 from cairn.errors import InvalidInput, InvalidName, NotFound, PermissionDenied
 from cairn.events import StudyAdmin
 from cairn.runtime.embedded import EmbeddedFederation
-from tests.fixtures.federation import connect
+from tests.fixtures.federation import connect, make_federation, running, session
 from tests.integration.cp_helpers import (
     ONLY_SITE_A,
     default_policy,
@@ -140,11 +140,19 @@ async def test_study_isolation(federation: EmbeddedFederation, client: Client,
         await other.close()
 
 
-async def test_a_held_queue_dispatches_nothing_until_released(
-        federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
+async def test_a_held_queue_dispatches_nothing_until_released(tmp_path: Path,
+                                                               job_dir: Path) -> None:
     """A project admin holds a study's queue: a job submitted meanwhile is queued with the
-    hold as its reason and dispatched only after the release (in the stream's own order);
-    a lead of the study may submit but not release it."""
+    hold as its reason and dispatched only after the release (in the stream's own order),
+    at once: the coordinator's periodic look at queued jobs is an hour apart here. A lead
+    of the study may submit but not release it."""
+    fed = make_federation(tmp_path)
+    fed.hub_options = {**fed.hub_options, "tick_s": "3600"}
+    async with running(fed) as federation, session(federation) as client:
+        await _held_queue(federation, client, job_dir)
+
+
+async def _held_queue(federation: EmbeddedFederation, client: Client, job_dir: Path) -> None:
     await client.study_create("held", ["site-a"], [StudyAdmin(name="eve@org-site-a",
                                                               org="org-site-a", role="lead")])
     admin = await connect(federation, study="held")
