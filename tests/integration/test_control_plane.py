@@ -7,7 +7,6 @@ study_runtime.yaml or create a study get their own.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -164,8 +163,9 @@ async def _held_queue(federation: EmbeddedFederation, client: Client, job_dir: P
         with pytest.raises(PermissionDenied):
             await lead.study_hold(False)
         job = await lead.submit(write_job(job_dir, roles=ONLY_SITE_A))
-        while (await lead.job(job)).state == "submitted":
-            await asyncio.sleep(0.05)  # until the coordinator decided: queued, by the hold
+        async for entry in lead.events(follow=True, poll=0.05, job=job, timeout=60):
+            if entry.type in ("job.queued", "job.dispatched"):  # the coordinator decided
+                break
         assert (await lead.job(job)).state == "queued"
         assert not (await admin.study_hold(False)).held
         # Dispatched now (site-a's runtime file does not name this study, so it ends there).

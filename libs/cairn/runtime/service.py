@@ -58,7 +58,6 @@ SERVICE_OPTIONS: dict[str, dict[str, str]] = {
     "simsite": {
         "simsite_run_s": "seconds each simulated worker runs before it exits 0 (0)",
         "simsite_worker_reports": "on | off: simulated workers connect and report (on)",
-        "simsite_open_file": "a file: until it exists the site offers no capacity (none)",
     },
     "snapshotter": {
         "snapshot_interval_s": "seconds between scheduled snapshots (3600)",

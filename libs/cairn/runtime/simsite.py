@@ -20,7 +20,6 @@ process (`cairn.runtime.sites`, service name `simsite`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 import time
@@ -69,29 +68,6 @@ WORKER_CONNECT_S = 60.0
 """How long a fake worker tries to connect before it counts as crashed (a busy machine)."""
 
 
-_OPENED: dict[str, asyncio.Event] = {}
-OPEN_POLL_S = 0.05
-
-
-def opened(path: str) -> asyncio.Event:
-    """Set once `path` exists: one watcher per process, however many sites wait on it."""
-    event = _OPENED.get(path)
-    if event is None:
-        event = _OPENED[path] = asyncio.Event()
-        found = event
-
-        async def watch() -> None:
-            while not Path(path).exists():
-                await asyncio.sleep(OPEN_POLL_S)
-            found.set()
-
-        _WATCHERS.add(asyncio.get_running_loop().create_task(watch()))
-    return event
-
-
-_WATCHERS: set[asyncio.Task[None]] = set()
-
-
 START_S = 600.0
 """How long a simulated site tries each step of its start: 10,000 sites starting at once on
 a small machine keep JetStream's API minutes behind, and one site that gave up would take
@@ -130,8 +106,6 @@ class SimulatedSiteService:
         # A bench's knob: until this file exists the site says it has no free capacity, so
         # jobs queue; then every site offers its capacity at once, and the coordinator's
         # dispatch rate is measured on a backlog, not on the rate jobs are submitted.
-        self.open_file = opts.get("simsite_open_file", "")
-        self.opened = opened(self.open_file) if self.open_file else None
         self.started_at = datetime.now(UTC)
         self.decided: set[str] = set()
         """Launch ids answered (accepted or rejected): a redelivered deploy is not twice."""
@@ -210,8 +184,6 @@ class SimulatedSiteService:
                                          message=event.reason)
 
     def free(self) -> Resources:
-        if self.opened is not None and not self.opened.is_set():
-            return Resources.zero()
         free = self.site_cfg.inventory
         for _, held in self.live.values():
             free = free - held
@@ -331,13 +303,7 @@ class SimulatedSiteService:
 
     async def _heartbeats(self) -> None:
         while True:
-            if self.opened is not None and not self.opened.is_set():
-                # The first heartbeat with capacity goes at once when the file appears.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.config.heartbeat_s):
-                        await self.opened.wait()
-            else:
-                await asyncio.sleep(self.config.heartbeat_s)
+            await asyncio.sleep(self.config.heartbeat_s)
             try:
                 await self._heartbeat()
             except Exception as exc:
